@@ -1,0 +1,28 @@
+"""accel: an Accelerate-style array language with reverse-mode AD (``import accel as A``)."""
+
+from .ast.types import bool_, float32, float64, int32, int64
+from .errors import (AccelError, BackendError, NotDifferentiableError, OutOfBoundsError,
+                     ProgramTypeError, ShapeError)
+from .frontend import Acc, All, Exp, ignore
+from .language import (acond, acos, asin, atan, atan2, awhile, backpermute, ceil, cond, cos,
+                       cosh, exp, expm1, fill, flatten, floor, fold, fold1, fold_all, generate,
+                       iota, log, log1p, map, max, maximum, min, minimum, permute, product,
+                       replicate, reshape, round, scanl, scanl1, scanr, scanr1, shape, sin, sinh,
+                       size, slice, sqrt, sum, sum_all, tan, tanh, the, to_float, to_int,
+                       transpose, truncate, unit, use, while_, zip, zip_with)
+from .pipeline import compile, run, show
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AccelError", "BackendError", "NotDifferentiableError", "OutOfBoundsError",
+    "ProgramTypeError", "ShapeError", "Acc", "All", "Exp", "ignore",
+    "bool_", "float32", "float64", "int32", "int64",
+    "acond", "acos", "asin", "atan", "atan2", "awhile", "backpermute", "ceil", "cond", "cos",
+    "cosh", "exp", "expm1", "fill", "flatten", "floor", "fold", "fold1", "fold_all",
+    "generate", "iota", "log", "log1p", "map", "max", "maximum", "min", "minimum", "permute",
+    "product", "replicate", "reshape", "round", "scanl", "scanl1", "scanr", "scanr1", "shape",
+    "sin", "sinh", "size", "slice", "sqrt", "sum", "sum_all", "tan", "tanh", "the",
+    "to_float", "to_int", "transpose", "truncate", "unit", "use", "while_", "zip", "zip_with",
+    "compile", "run", "show",
+]

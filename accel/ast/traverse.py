@@ -1,0 +1,164 @@
+"""Generic traversals: children, rebuilding, free variables, substitution, renaming.
+
+Passes use these so that each handles only the nodes it cares about.
+Binders are ``Let.var``, ``Lam.params``, ``Alet.var``, ``ALam.param`` and
+``Program.params``; everything else is structural.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from .nodes import (ALam, Alet, Avar, Lam, Let, Node, Program, Var, fresh)
+
+
+def child_fields(n: Node):
+    """The names of the fields of ``n`` that hold nodes (or tuples of optional nodes)."""
+    return [f.name for f in fields(n) if f.compare and f.name != "ty"]
+
+
+def children(n: Node) -> list:
+    """The direct child nodes of ``n``, in field order."""
+    out = []
+    for name in child_fields(n):
+        v = getattr(n, name)
+        if isinstance(v, Node):
+            out.append(v)
+        elif isinstance(v, tuple):
+            out.extend(x for x in v if isinstance(x, Node))
+    return out
+
+
+def map_children(n: Node, f) -> Node:
+    """Rebuild ``n`` with ``f`` applied to every child node (``n`` itself if nothing changed)."""
+    changed = False
+    kw = {}
+    for fl in fields(n):
+        if not fl.init:
+            continue
+        v = getattr(n, fl.name)
+        if isinstance(v, Node) and fl.name != "ty":
+            nv = f(v)
+        elif isinstance(v, tuple) and fl.name not in ("ty",):
+            nv = tuple(f(x) if isinstance(x, Node) else x for x in v)
+        else:
+            nv = v
+        changed |= nv is not v and not (isinstance(v, tuple) and nv == v and all(
+            a is b for a, b in zip(nv, v)))
+        kw[fl.name] = nv
+    return type(n)(**kw) if changed else n
+
+
+def binders(n: Node) -> tuple:
+    """The variables that ``n`` binds in (some of) its children."""
+    if isinstance(n, (Let, Alet)):
+        return (n.var,)
+    if isinstance(n, Lam):
+        return n.params
+    if isinstance(n, ALam):
+        return (n.param,)
+    if isinstance(n, Program):
+        return n.params
+    return ()
+
+
+def free_vars(n: Node) -> frozenset:
+    """Names of the free (expression and array) variables of ``n`` (cached on the node)."""
+    fv = n.__dict__.get("_fv")
+    if fv is not None:
+        return fv
+    if isinstance(n, (Var, Avar)):
+        fv = frozenset([n.name])
+    elif isinstance(n, (Let, Alet)):
+        fv = free_vars(n.bound) | (free_vars(n.body) - {n.var.name})
+    else:
+        fv = frozenset().union(*[free_vars(c) for c in children(n)]) if children(n) else \
+            frozenset()
+        bs = binders(n)
+        if bs:
+            fv = fv - {b.name for b in bs}
+    object.__setattr__(n, "_fv", fv)
+    return fv
+
+
+def _rename_var(v, prefix=None):
+    name = fresh(prefix or v.name.rstrip("0123456789") or "v")
+    return type(v)(name, v.ty)
+
+
+def substitute(n: Node, env: dict) -> Node:
+    """Replace free variables by name (``env``: name -> node), avoiding capture."""
+    if not env:
+        return n
+    fv = free_vars(n)
+    if not any(k in fv for k in env):
+        return n
+    if isinstance(n, (Var, Avar)):
+        return env.get(n.name, n)
+    bs = binders(n)
+    if bs:
+        env = {k: v for k, v in env.items() if k not in {b.name for b in bs}}
+        danger = set()
+        for v in env.values():
+            danger |= free_vars(v)
+        clash = [b for b in bs if b.name in danger]
+        if clash:
+            ren = {b.name: _rename_var(b) for b in clash}
+            n = _rebind(n, ren)
+            env = dict(env)
+    if isinstance(n, (Let, Alet)):
+        return type(n)(n.var, substitute(n.bound, env), substitute(n.body, env))
+    return map_children(n, lambda c: c if c in binders(n) else substitute(c, env))
+
+
+def _rebind(n: Node, ren: dict) -> Node:
+    """Rename the binders of ``n`` listed in ``ren`` (name -> new variable)."""
+    if isinstance(n, (Let, Alet)):
+        nv = ren[n.var.name]
+        return type(n)(nv, n.bound, substitute(n.body, {n.var.name: nv}))
+    if isinstance(n, Lam):
+        ps = tuple(ren.get(p.name, p) for p in n.params)
+        return Lam(ps, substitute(n.body, {k: v for k, v in ren.items()}))
+    if isinstance(n, ALam):
+        return ALam(ren[n.param.name], substitute(n.body, ren))
+    if isinstance(n, Program):
+        ps = tuple(ren.get(p.name, p) for p in n.params)
+        return Program(ps, substitute(n.body, ren))
+    return n
+
+
+def freshen(n: Node) -> Node:
+    """A copy of ``n`` whose binders all have fresh names (for duplicating code)."""
+    def go(n, env):
+        if isinstance(n, (Var, Avar)):
+            return env.get(n.name, n)
+        bs = binders(n)
+        if isinstance(n, (Let, Alet)):
+            nv = _rename_var(n.var)
+            return type(n)(nv, go(n.bound, env), go(n.body, {**env, n.var.name: nv}))
+        if bs:
+            new = {b.name: _rename_var(b) for b in bs}
+            env2 = {**env, **new}
+            if isinstance(n, Lam):
+                return Lam(tuple(new[p.name] for p in n.params), go(n.body, env2))
+            if isinstance(n, ALam):
+                return ALam(new[n.param.name], go(n.body, env2))
+            return Program(tuple(new[p.name] for p in n.params), go(n.body, env2))
+        if not children(n):
+            return n
+        return map_children(n, lambda c: go(c, env))
+    return go(n, {})
+
+
+def count_nodes(n: Node) -> int:
+    """The number of nodes in the tree (shared subtrees counted each time)."""
+    return 1 + sum(count_nodes(c) for c in children(n))
+
+
+def walk(n: Node):
+    """All nodes of the tree, pre-order."""
+    stack = [n]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(reversed(children(x)))

@@ -1,0 +1,124 @@
+"""The compilation pipeline, written down in one place.
+
+    trace -> typecheck -> [differentiate] -> simplify -> fuse -> backend
+
+``A.run``/``A.compile`` go through ``Compiled``: it traces once per (dtype,
+rank) signature, runs the optimisation passes listed in ``PASSES`` and hands
+the result to a backend.  Each backend module provides
+``prepare(program, check_bounds) -> runner`` where ``runner(args)`` returns
+NumPy values; ``stats`` of the prepared runner report what it runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+
+import numpy as np
+
+from .ast import nodes as N
+from .ast.pretty import show_program
+from .ast.types import ATupleT, ArrayT
+from .errors import BackendError, ProgramTypeError, ShapeError
+from .frontend import arg_type, trace_program
+
+BACKENDS = {"interpreter": "backends.interpreter"}
+
+#: Optimisation passes run on every traced program, in order (name, function).
+PASSES: list = []
+
+
+def optimise(prog: N.Program, timings: dict | None = None) -> N.Program:
+    """Run ``PASSES`` over ``prog``, type-checking after each one."""
+    from .ast.typecheck import typecheck
+    for name, fn in PASSES:
+        t0 = time.perf_counter()
+        prog = fn(prog)
+        typecheck(prog)
+        if timings is not None:
+            timings[name] = time.perf_counter() - t0
+    return prog
+
+
+def get_backend(name: str):
+    """The backend module called ``name`` (raises BackendError if unavailable)."""
+    if name not in BACKENDS:
+        known = ", ".join(sorted(BACKENDS))
+        raise BackendError(f"backend {name!r} is not available (available: {known}); the "
+                           "'cpu' and 'cuda' backends are not built yet")
+    return importlib.import_module(BACKENDS[name])
+
+
+def convert_args(args, op: str = "run") -> list:
+    """NumPy copies of the arguments (never aliasing the caller's arrays)."""
+    out = []
+    for i, a in enumerate(args):
+        if isinstance(a, (list, tuple)) and not isinstance(a, np.ndarray):
+            raise ProgramTypeError(f"{op}: argument {i} is a {type(a).__name__}; pass NumPy "
+                                   "arrays")
+        out.append(np.array(a, copy=True, order="C"))
+    return out
+
+
+class Compiled:
+    """A program compiled once per (dtype, rank) signature (Accelerate's ``runN``)."""
+
+    def __init__(self, fn, backend: str = "cpu", check_bounds: bool = False):
+        self.fn = fn
+        self.backend = backend
+        self.check_bounds = check_bounds
+        self._cache: dict = {}
+        get_backend(backend)
+        self.__name__ = getattr(fn, "__name__", "program")
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def _entry(self, args):
+        sig = tuple(arg_type(a, i) for i, a in enumerate(args))
+        entry = self._cache.get(sig)
+        if entry is None:
+            prog = optimise(trace_program(self.fn, sig))
+            runner = get_backend(self.backend).prepare(prog, self.check_bounds)
+            entry = self._cache[sig] = (prog, runner)
+        return entry
+
+    def __call__(self, *args):
+        from .frontend import _current, call_program
+        if _current() is not None:  # called on Acc values inside another program
+            sig = tuple(a.type for a in args)
+            return call_program(trace_program(self.fn, sig), list(args))
+        args = convert_args(args)
+        prog, runner = self._entry(args)
+        return runner(args)
+
+    def program(self, *args) -> str:
+        """The optimised program for these arguments' signature, as text."""
+        return show_program(self._entry(convert_args(args))[0])
+
+    def stats(self, *args) -> dict:
+        """Facts about the compiled program, at least ``{"kernels": n}``."""
+        prog, runner = self._entry(convert_args(args))
+        return runner.stats() if hasattr(runner, "stats") else {"kernels": None}
+
+
+def compile(fn, backend: str = "cpu", check_bounds: bool = False) -> Compiled:  # noqa: A001
+    """Compile ``fn`` for ``backend``; the result compiles per signature and then runs."""
+    return Compiled(fn, backend, check_bounds)
+
+
+def run(fn, *args, backend: str = "cpu", check_bounds: bool = False):
+    """Trace, compile and run ``fn`` on NumPy arguments; return NumPy results."""
+    return compile(fn, backend, check_bounds)(*args)
+
+
+def show(fn, *example_args) -> str:
+    """The traced program of ``fn`` for arguments like ``example_args``, as text."""
+    sig = tuple(arg_type(a, i) for i, a in enumerate(convert_args(example_args, "show")))
+    return show_program(trace_program(fn, sig))
+
+
+def result_types(prog: N.Program):
+    t = prog.type
+    return t.items if isinstance(t, ATupleT) else (t,)
+
+
+__all__ = ["Compiled", "compile", "run", "show", "ArrayT", "ShapeError"]
