@@ -1,0 +1,1 @@
+"""Backends that run accel programs: interpreter, cpu (numba), cuda (numba-cuda)."""
