@@ -26,3 +26,7 @@ __all__ = [
     "to_float", "to_int", "transpose", "truncate", "unit", "use", "while_", "zip", "zip_with",
     "compile", "run", "show",
 ]
+
+from .ad.api import gradientA, gradientE, value_and_gradientA, vjp  # noqa: E402
+
+__all__ += ["gradientA", "gradientE", "value_and_gradientA", "vjp"]

@@ -1,0 +1,1 @@
+"""Reverse-mode and forward-mode automatic differentiation of accel programs."""

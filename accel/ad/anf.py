@@ -1,0 +1,154 @@
+"""Array-level flat blocks: the form in which programs are differentiated.
+
+A program body becomes an ``ABlock``: a list of ``ABind``s binding array
+variables (tuples of arrays are split into their leaves) to one combinator
+whose array arguments are variables, and a result tree of variables.  Each
+bound variable is the *label* of its node (thesis section 3.4.2); aliases
+(``let a = b``, projections of tuples) are resolved away.  ``Acond`` keeps
+its branches as nested blocks; ``Awhile`` stays opaque.  ``Unit e`` becomes
+``Generate () (\\_ -> e)`` so that the dual rules have one case less.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ast import nodes as N
+from ..ast.traverse import substitute
+from ..ast.types import ATupleT, shape_type
+
+
+@dataclass
+class ABind:
+    outs: tuple  # Avars (leaves of the node's type)
+    op: object  # an array node with Avar arguments, or ACondB
+
+
+@dataclass
+class ACondB:
+    c: N.Exp
+    t: "ABlock"
+    e: "ABlock"
+
+
+@dataclass
+class ABlock:
+    binds: list = field(default_factory=list)
+    result: object = None  # tree of Avars
+
+
+def leaves(tree) -> list:
+    if isinstance(tree, tuple):
+        return [x for t in tree for x in leaves(t)]
+    return [tree]
+
+
+def tree_term(tree) -> N.Arr:
+    if isinstance(tree, tuple):
+        return N.ATuple(tuple(tree_term(t) for t in tree))
+    return tree
+
+
+def tree_like(t, it):
+    if isinstance(t, ATupleT):
+        return tuple(tree_like(i, it) for i in t.items)
+    return next(it)
+
+
+def type_leaves(t) -> list:
+    if isinstance(t, ATupleT):
+        return [x for i in t.items for x in type_leaves(i)]
+    return [t]
+
+
+class AFlattener:
+    def __init__(self):
+        self.binds: list = []
+
+    def bind(self, op, t):
+        outs = tuple(N.Avar(N.fresh("a"), s) for s in type_leaves(t))
+        self.binds.append(ABind(outs, op))
+        return tree_like(t, iter(outs))
+
+    def var(self, a: N.Arr, env: dict) -> N.Avar:
+        v = self.go(a, env)
+        assert isinstance(v, N.Avar), v
+        return v
+
+    def go(self, a: N.Arr, env: dict):
+        while isinstance(a, N.Alet):
+            env = {**env, a.var.name: self.go(a.bound, env)}
+            a = a.body
+        if isinstance(a, N.Avar):
+            return env.get(a.name, a)
+        if isinstance(a, N.ATuple):
+            return tuple(self.go(i, env) for i in a.items)
+        if isinstance(a, N.APrj):
+            return self.go(a.tup, env)[a.index]
+        sub = {k: v for k, v in env.items() if isinstance(v, N.Avar)}
+        if isinstance(a, N.Acond):
+            c = substitute(a.c, sub)
+            return self.bind(ACondB(c, aflatten(a.t, env), aflatten(a.e, env)), a.type)
+        if isinstance(a, N.Awhile):
+            init = tree_term(self.go(a.init, env))
+            return self.bind(N.Awhile(substitute(a.cond, sub), substitute(a.body, sub), init),
+                             a.type)
+        if isinstance(a, N.Unit):
+            f = N.Lam((N.Var(N.fresh("x"), shape_type(0)),), substitute(a.exp, sub))
+            return self.bind(N.Generate(N.Tuple(()), f), a.type)
+        if isinstance(a, N.Use):
+            return self.bind(a, a.type)
+        kw = {}
+        for name in ("f", "z", "shape", "comb", "spec"):
+            if hasattr(a, name):
+                v = getattr(a, name)
+                if isinstance(v, tuple):
+                    v = tuple(None if s is None else substitute(s, sub) for s in v)
+                elif v is not None:
+                    v = substitute(v, sub)
+                kw[name] = v
+        for name in ("a", "b", "defaults", "src"):
+            if hasattr(a, name):
+                kw[name] = self.var(getattr(a, name), env)
+        if isinstance(a, N.Scan):
+            kw["left"] = a.left
+        return self.bind(type(a)(**kw), a.type)
+
+
+def aflatten(a: N.Arr, env: dict) -> ABlock:
+    f = AFlattener()
+    res = f.go(a, env)
+    return ABlock(f.binds, res)
+
+
+def ablock_term(blk: ABlock, result=None) -> N.Arr:
+    """An Alet chain computing the block, then ``result`` (default: the block's)."""
+    body = tree_term(blk.result if result is None else result)
+    for b in reversed(blk.binds):
+        body = wrap(b, body)
+    return body
+
+
+def bind_term(b: ABind) -> N.Arr:
+    if isinstance(b.op, ACondB):
+        return N.Acond(b.op.c, ablock_term(b.op.t), ablock_term(b.op.e))
+    return b.op
+
+
+def wrap(b: ABind, body: N.Arr) -> N.Arr:
+    term = bind_term(b)
+    if len(b.outs) == 1 and not isinstance(term.type, ATupleT):
+        return N.Alet(b.outs[0], term, body)
+    tmp = N.Avar(N.fresh("t"), term.type)
+    for v, path in reversed(list(zip(b.outs, paths(term.type)))):
+        p = tmp
+        for i in path:
+            p = N.APrj(i, p)
+        body = N.Alet(v, p, body)
+    return N.Alet(tmp, term, body)
+
+
+def paths(t, prefix=()):
+    if isinstance(t, ATupleT):
+        return [p for i, s in enumerate(t.items) for p in paths(s, prefix + (i,))]
+    return [prefix]

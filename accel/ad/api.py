@@ -1,0 +1,206 @@
+"""The differentiation API of API.md: gradientA, value_and_gradientA, gradientE,
+vjp, jvp (see ``forward``) and check_grad.
+
+Every function returned here is an ordinary program: called on ``Acc`` values
+while another program is being traced it inlines its derivative program (so
+it composes, and can be differentiated again); called on NumPy arrays it runs
+on the default backend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ast import nodes as N
+from ..ast.types import ArrayT, ATupleT, Scalar, TupleT, float64
+from ..errors import NotDifferentiableError, ProgramTypeError
+from ..frontend import (Acc, Exp, _acc, _bind_exp, _current, _Open, arg_type, call_program,
+                        from_term, located, to_term, trace_lam, trace_program)
+from . import reverse
+
+
+def default_backend() -> str:
+    """The backend used when a derivative is run on NumPy arrays: cpu when available."""
+    from ..pipeline import BACKENDS
+    return "cpu" if "cpu" in BACKENDS else "interpreter"
+
+
+def _signature(args, op: str) -> tuple:
+    if all(isinstance(a, Acc) for a in args):
+        return tuple(a.type for a in args), True
+    if any(isinstance(a, Acc) for a in args):
+        raise ProgramTypeError(f"{op}: mixing Acc values and NumPy arrays in one call")
+    return tuple(arg_type(a, i) for i, a in enumerate(args)), False
+
+
+def _resolve_wrt(op: str, prog: N.Program, wrt):
+    params = prog.params
+    if wrt is None:
+        idx = tuple(i for i, p in enumerate(params) if _is_float_array(p.type))
+        single = len(params) == 1
+    elif isinstance(wrt, (int, np.integer)):
+        idx, single = (int(wrt),), True
+    else:
+        idx, single = tuple(int(i) for i in wrt), False
+    for i in idx:
+        if not 0 <= i < len(params):
+            raise ProgramTypeError(f"{op}: wrt={wrt!r} names parameter {i}, but the program "
+                                   f"has {len(params)} parameters")
+        if not _is_float_array(params[i].type):
+            raise NotDifferentiableError(
+                f"{op}: parameter {i} has type {params[i].type!r}; only floating arrays have "
+                "a gradient")
+    return idx, single
+
+
+def _is_float_array(t) -> bool:
+    return isinstance(t, ArrayT) and isinstance(t.elt, Scalar) and t.elt.is_float
+
+
+def gradient_program(prog: N.Program, wrt, op="gradientA", with_value=False,
+                     mode: str = "store"):
+    """(derivative program, whether a single gradient array is returned)."""
+    t = prog.type
+    if not (isinstance(t, ArrayT) and t.rank == 0 and isinstance(t.elt, Scalar)
+            and t.elt.is_float):
+        raise NotDifferentiableError(
+            f"{op}: the program must return a rank-0 floating array (a scalar loss), but it "
+            f"returns {t!r}; use A.vjp for other results")
+    idx, single = _resolve_wrt(op, prog, wrt)
+    return reverse.reverse_program(prog, idx, "one", mode, with_value), single
+
+
+def _derivative(f, wrt, op: str, with_value: bool):
+    from ..pipeline import run
+
+    @located
+    def program(*args):
+        sig, traced = _signature(args, op)
+        if not traced:
+            return run(program, *args, backend=default_backend())
+        prog = trace_program(f, sig)
+        g, single = gradient_program(prog, wrt, op, with_value)
+        out = call_program(g, list(args))
+        if not isinstance(out, tuple):
+            out = (out,)
+        value, grads = (out[0], out[1:]) if with_value else (None, out)
+        grads = grads[0] if single else tuple(grads)
+        return (value, grads) if with_value else grads
+
+    program.__name__ = f"{op}_{getattr(f, '__name__', 'f')}"
+    return program
+
+
+def gradientA(f, wrt=None):
+    """The gradient program of a scalar-valued program ``f``.
+
+    >>> g = A.gradientA(lambda x: A.sum_all(A.map(lambda v: v * v, x)))
+    >>> A.run(g, np.arange(3.0), backend="interpreter")   # array([0., 2., 4.])
+    """
+    return _derivative(f, wrt, "gradientA", False)
+
+
+def value_and_gradientA(f, wrt=None):
+    """Like ``gradientA`` but the program returns ``(value, gradient)``."""
+    return _derivative(f, wrt, "value_and_gradientA", True)
+
+
+# --------------------------------------------------------------------------- gradientE
+
+
+def gradientE(f):
+    """The partial derivatives of a scalar function, usable inside ``map``/``generate``.
+
+    >>> A.map(A.gradientE(lambda x: x * A.sin(x)), a)
+    """
+    from .expr import gradient_lambda
+
+    @located
+    def partials(*args):
+        if _current() is None:
+            return _gradientE_numpy(partials, args)
+        types = tuple(to_term(a).type for a in args)
+        lam = trace_lam("gradientE", f, types)
+        g = gradient_lambda(lam)
+        body = g.body
+        for p, a in reversed(list(zip(g.params, args))):
+            body = N.Let(p, to_term(a), body)
+        out = from_term(body) if _current().level == "exp" else from_term(body)
+        return out[0] if len(args) == 1 else out
+
+    partials.__name__ = f"gradientE_{getattr(f, '__name__', 'f')}"
+    return partials
+
+
+def _gradientE_numpy(fn, args):
+    from ..language import generate
+    from ..pipeline import run
+
+    def prog(*arrs):
+        def elem(_):
+            return fn(*[a[()] for a in arrs])
+        return generate((), elem)
+
+    out = run(prog, *[np.asarray(a) for a in args], backend=default_backend())
+    return out
+
+
+# --------------------------------------------------------------------------- vjp
+
+
+def vjp(f, *args):
+    """``(outputs, pullback)``: ``pullback(cotangents)`` gives one cotangent per parameter."""
+    from ..pipeline import run
+    sig, traced = _signature(args, "vjp")
+    prog = trace_program(f, sig)
+    idx = tuple(i for i, p in enumerate(prog.params) if _is_float_array(p.type))
+    vprog = reverse.reverse_program(prog, idx, "params")
+    res_t = prog.type
+    n_out = len(res_t.items) if isinstance(res_t, ATupleT) else 1
+    nested = isinstance(res_t, ATupleT)
+
+    def ct_leaves(cts):
+        if nested:
+            if not isinstance(cts, tuple) or len(cts) != n_out:
+                raise ProgramTypeError(f"vjp pullback: expected a tuple of {n_out} cotangents")
+            return list(cts)
+        return [cts]
+
+    def assemble(grads, zeros):
+        out, k = [], 0
+        for i in range(len(prog.params)):
+            if i in idx:
+                out.append(grads[k])
+                k += 1
+            else:
+                out.append(zeros(i))
+        return tuple(out)
+
+    if traced:
+        outs = call_program(prog, list(args))
+
+        def pullback(cts):
+            r = call_program(vprog, list(args) + ct_leaves(cts))
+            r = r if isinstance(r, tuple) else (r,)
+            from ..language import fill
+            return assemble(r[n_out:], lambda i: fill(args[i].shape, _zero_like(args[i])))
+        return outs, pullback
+
+    backend = default_backend()
+    outs = run(lambda *a: call_program(prog, list(a)), *args, backend=backend)
+
+    def pullback_np(cts):
+        cl = [np.asarray(c) for c in ct_leaves(cts)]
+        r = run(lambda *a: call_program(vprog, list(a)), *args, *cl, backend=backend)
+        r = r if isinstance(r, tuple) else (r,)
+        return assemble(r[n_out:], lambda i: np.zeros_like(np.asarray(args[i])))
+    return outs, pullback_np
+
+
+def _zero_like(a: Acc):
+    t = a.type.elt
+    return to_term(0, t) if not isinstance(t, TupleT) else to_term(tuple(0 for _ in t.items))
+
+
+__all__ = ["gradientA", "value_and_gradientA", "gradientE", "vjp", "default_backend",
+           "gradient_program", "Exp", "_acc", "_bind_exp", "_Open", "float64"]

@@ -1,0 +1,499 @@
+"""Reverse-mode AD of array programs (the thesis's sections 3.3-3.4).
+
+The program is flattened into labelled bindings (``anf``).  The *primal* is
+the program itself, with ``Map``/``ZipWith``/``Generate`` rewritten to also
+return their expression temporaries (store mode) and ``Acond`` branches
+exporting what the dual needs (with empty stand-ins).  The *dual* walks the
+bindings backwards, threading a contribution map (label -> adjoint
+contributions); fan-out is summed by ``elsum``, which skips empty and
+smaller contributions by a bounds check.  Indexing inside scalar functions
+becomes a ``Permute (+)`` into zeros.  The output is an ordinary program.
+
+Each dual rule below starts with a comment: primal / reverse sweep.
+"""
+
+from __future__ import annotations
+
+from ..ast import nodes as N
+from ..ast.traverse import free_vars, freshen
+from ..ast.types import ArrayT, Scalar, TupleT, bool_, int64, shape_type
+from ..errors import NotDifferentiableError
+from . import expr as X
+from .anf import (ABind, ABlock, ACondB, AFlattener, ablock_term, aflatten, bind_term, leaves,
+                  paths, tree_like, type_leaves)
+from .blocks import zero
+
+MODES = ("store", "recompute")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def add_exp(x: N.Exp, y: N.Exp, t) -> N.Exp:
+    """Elementwise sum of two adjoint values of element type ``t``."""
+    if isinstance(t, TupleT):
+        return N.Tuple(tuple(add_exp(N.Prj(i, x), N.Prj(i, y), s) for i, s in enumerate(t.items)))
+    if t == bool_:
+        return x
+    return N.PrimApp("add", (x, y))
+
+
+def add_lam(t) -> N.Lam:
+    x, y = N.Var(N.fresh("x"), t), N.Var(N.fresh("y"), t)
+    return N.Lam((x, y), add_exp(x, y, t))
+
+
+def lam1(t, body_fn) -> N.Lam:
+    x = N.Var(N.fresh("x"), t)
+    return N.Lam((x,), body_fn(x))
+
+
+def prj(e: N.Exp, *path) -> N.Exp:
+    for i in path:
+        e = N.Prj(i, e)
+    return e
+
+
+def zeros_like(ref: N.Avar) -> N.Arr:
+    t = ref.type
+    return N.Generate(N.Shape(ref), lam1(shape_type(t.rank), lambda _: zero(t.elt)))
+
+
+def empty_of(t: ArrayT) -> N.Arr:
+    """GenEmpty: an array with no elements (rank 0: a single zero)."""
+    sh = N.Tuple(tuple(N.Const(0, int64) for _ in range(t.rank)))
+    return N.Generate(sh, lam1(shape_type(t.rank), lambda _: zero(t.elt)))
+
+
+def init_ix(ix: N.Exp, rank: int) -> N.Exp:
+    """All but the innermost component of an index of rank ``rank``."""
+    return N.Tuple(tuple(N.Prj(k, ix) for k in range(rank - 1)))
+
+
+def with_last(ix: N.Exp, rank: int, last: N.Exp) -> N.Exp:
+    return N.Tuple(tuple(N.Prj(k, ix) for k in range(rank - 1)) + (last,))
+
+
+def binop_of(lam: N.Lam):
+    """The primitive name if ``lam`` is ``\\x y -> op x y`` (either order), else None."""
+    if len(lam.params) != 2:
+        return None
+    body, env = lam.body, {}
+    while isinstance(body, N.Let):
+        env[body.var.name] = body.bound
+        body = body.body
+    while isinstance(body, N.Var) and body.name in env:
+        body = env[body.name]
+    if isinstance(body, N.PrimApp) and len(body.args) == 2:
+        names = [a.name if isinstance(a, N.Var) else None for a in body.args]
+        if sorted(names, key=str) == sorted((p.name for p in lam.params), key=str):
+            return body.op
+    return None
+
+
+def _indexes_active(n: N.Node, active: set) -> bool:
+    return bool(free_vars(n) & active)
+
+
+# --------------------------------------------------------------------------- the sweep
+
+
+class ARev:
+    """The dual pass over an array block."""
+
+    def __init__(self, active: set, mode: str, replace: dict):
+        self.active = active
+        self.mode = mode
+        self.replace = replace  # id(ABind) -> replacement primal binds
+        self.binds: list = []
+        self.contribs: dict = {}
+        self.vars: dict = {}
+
+    # -- emission and contributions
+
+    def emit(self, term: N.Arr):
+        f = AFlattener()
+        res = f.go(term, {})
+        self.binds.extend(f.binds)
+        return res
+
+    def contribute(self, v, term: N.Arr, exact: bool = True):
+        if isinstance(v, N.Avar) and v.name in self.active:
+            self.contribs.setdefault(v.name, []).append((term, exact))
+            self.vars[v.name] = v
+
+    def adjoint(self, v: N.Avar):
+        """EltwiseElsum of the contributions to ``v`` (None if there are none)."""
+        items = self.contribs.pop(v.name, None)
+        if not items:
+            return None
+        t = v.type
+        vs = [(self.emit(term), ex) for term, ex in items]
+        acc = None
+        for a, ex in vs:
+            if ex:
+                acc = a if acc is None else self.emit(N.ZipWith(add_lam(t.elt), acc, a))
+        small = [a for a, ex in vs if not ex]
+        if small:
+            ix = N.Var(N.fresh("i"), shape_type(t.rank))
+            body = N.Index(acc, ix) if acc is not None else zero(t.elt)
+            for a in small:
+                inb = N.Const(True, bool_)
+                for d in range(t.rank):
+                    lt = N.PrimApp("lt", (N.Prj(d, ix), N.Prj(d, N.Shape(a))))
+                    inb = lt if d == 0 else N.PrimApp("and", (inb, lt))
+                body = add_exp(body, N.Cond(inb, N.Index(a, ix), zero(t.elt)), t.elt)
+            acc = self.emit(N.Generate(N.Shape(v), N.Lam((ix,), body)))
+        return acc
+
+    # -- traversal
+
+    def block(self, blk: ABlock):
+        for b in reversed(blk.binds):
+            self.bind(b)
+
+    def bind(self, b: ABind):
+        if isinstance(b.op, ACondB):
+            return self.acond(b)
+        if not any(o.name in self.contribs for o in b.outs):
+            return
+        op = b.op
+        if isinstance(op, N.Awhile):
+            raise NotDifferentiableError(
+                "awhile: reverse-mode differentiation through an array loop is not supported "
+                "yet (the loop's result carries a derivative)")
+        y = b.outs[0]
+        dy = self.adjoint(y)
+        if isinstance(op, N.Use):
+            return
+        if isinstance(op, (N.Map, N.ZipWith, N.Generate)):
+            return self.elementwise(b, op, y, dy)
+        rule = getattr(self, "dual_" + type(op).__name__.lower(), None)
+        if rule is None:
+            name = op.opname if isinstance(op, N.Scan) else type(op).__name__.lower()
+            raise NotDifferentiableError(
+                f"{name}: reverse-mode differentiation of {name} is not supported yet "
+                "(its result carries a derivative here)")
+        rule(op, y, dy)
+
+    # -- rules
+
+    def elementwise(self, b: ABind, op, y: N.Avar, dy: N.Avar):
+        # primal:  y = Map f a | ZipWith f a b | Generate sh f
+        # reverse: dres = ZipWith D(f) dy ytmp  (store)  or  Generate (recompute);
+        #          a += Map (fst . fst) dres, b += Map (snd . fst) dres, IAI -> Permute (+)
+        ad = X.differentiate_lam(op.f, active=lambda arr: arr.name in self.active)
+        if self.mode == "store":
+            P, D = X.store_lambdas(ad)
+            pt = P.type
+            yt = N.Avar(N.fresh("a"), ArrayT(pt, y.type.rank))
+            ytmp = N.Avar(N.fresh("a"), ArrayT(pt.items[1], y.type.rank))
+            if isinstance(op, N.Generate):
+                prim = N.Generate(op.shape, P)
+            elif isinstance(op, N.Map):
+                prim = N.Map(P, op.a)
+            else:
+                prim = N.ZipWith(P, op.a, op.b)
+            self.replace[id(b)] = [
+                ABind((yt,), prim),
+                ABind((y,), N.Map(lam1(pt, lambda r: N.Prj(0, r)), yt)),
+                ABind((ytmp,), N.Map(lam1(pt, lambda r: N.Prj(1, r)), yt)),
+            ]
+            dres = self.emit(N.ZipWith(D, dy, ytmp))
+        else:
+            Dr = X.recompute_lambda(ad)
+            ix = N.Var(N.fresh("i"), shape_type(y.type.rank))
+            if isinstance(op, N.Generate):
+                args = (ix,)
+            elif isinstance(op, N.Map):
+                args = (N.Index(op.a, ix),)
+            else:
+                args = (N.Index(op.a, ix), N.Index(op.b, ix))
+            args = args + (N.Index(dy, ix),)
+            body = Dr.body
+            for p, a in reversed(list(zip(Dr.params, args))):
+                body = N.Let(p, a, body)
+            dres = self.emit(N.Generate(N.Shape(dy), N.Lam((ix,), body)))
+        rt = dres.type.elt
+        if isinstance(op, N.Map):
+            self.contribute(op.a, N.Map(lam1(rt, lambda r: prj(r, 0, 0)), dres))
+        elif isinstance(op, N.ZipWith):
+            same = op.a == op.b
+            self.contribute(op.a, N.Map(lam1(rt, lambda r: prj(r, 0, 0)), dres), same)
+            self.contribute(op.b, N.Map(lam1(rt, lambda r: prj(r, 0, 1)), dres), same)
+        self.index_adjoints(ad.iai, dres, y.type.rank)
+
+    def index_adjoints(self, iai: list, dres: N.Avar, rank: int):
+        # each Index into an active array: Permute (+) zeros (\i -> (exec, idx)) (map adj dres)
+        rt = dres.type.elt
+        for k, e in enumerate(iai):
+            arr = e.array
+            i = N.Var(N.fresh("i"), shape_type(rank))
+            entry = prj(N.Index(dres, i), 1, k)
+            f = N.Lam((i,), N.Tuple((N.Prj(2, entry), N.Prj(1, entry))))
+            vals = N.Map(lam1(rt, lambda r: prj(r, 1, k, 0)), dres)
+            self.contribute(arr, N.Permute(add_lam(arr.type.elt), zeros_like(arr), f, vals))
+
+    def dual_backpermute(self, op: N.Backpermute, y, dy):
+        # primal:  y = Backpermute sh f a
+        # reverse: a += Permute (+) (zeros a) (\i -> (True, f i)) dy
+        f = freshen(op.f)
+        pf = N.Lam(f.params, N.Tuple((N.Const(True, bool_), f.body)))
+        self.contribute(op.a, N.Permute(add_lam(y.type.elt), zeros_like(op.a), pf, dy))
+
+    def dual_reshape(self, op: N.Reshape, y, dy):
+        # primal:  y = Reshape sh a;   reverse: a += Reshape (shape a) dy
+        self.contribute(op.a, N.Reshape(N.Shape(op.a), dy))
+
+    def dual_replicate(self, op: N.Replicate, y, dy):
+        # primal:  y = Replicate spec a
+        # reverse: a += Fold (+) 0 (Reshape (kept, prod new) (Backpermute (kept, new) perm dy))
+        spec, R, k = op.spec, y.type.rank, op.a.type.rank
+        kept = [d for d, s in enumerate(spec) if s is None]
+        new = [d for d, s in enumerate(spec) if s is not None]
+        if not new:
+            return self.contribute(op.a, dy)
+        sa = N.Shape(op.a)
+        sizes = [N.Prj(j, sa) for j in range(k)] + [freshen(spec[d]) for d in new]
+        ix = N.Var(N.fresh("i"), shape_type(R))
+        order = kept + new
+        back = [None] * R
+        for pos, d in enumerate(order):
+            back[d] = N.Prj(pos, ix)
+        moved = N.Backpermute(N.Tuple(tuple(sizes)), N.Lam((ix,), N.Tuple(tuple(back))), dy)
+        prod = sizes[k]
+        for s in sizes[k + 1:]:
+            prod = N.PrimApp("mul", (prod, s))
+        flat = N.Reshape(N.Tuple(tuple(sizes[:k]) + (prod,)), self.emit(moved))
+        elt = y.type.elt
+        z = zero(elt)
+        self.contribute(op.a, N.Fold(add_lam(elt), z, self.emit(flat)))
+
+    def dual_slice(self, op: N.Slice, y, dy):
+        # primal:  y = Slice a spec
+        # reverse: a += Generate (shape a) (\i -> if fixed dims of i match then dy[kept i] else 0)
+        spec, k = op.spec, op.a.type.rank
+        if all(s is None for s in spec):
+            return self.contribute(op.a, dy)
+        ix = N.Var(N.fresh("i"), shape_type(k))
+        match = None
+        for d, s in enumerate(spec):
+            if s is not None:
+                eq = N.PrimApp("eq", (N.Prj(d, ix), freshen(s)))
+                match = eq if match is None else N.PrimApp("and", (match, eq))
+        small = N.Tuple(tuple(N.Prj(d, ix) for d, s in enumerate(spec) if s is None))
+        body = N.Cond(match, N.Index(dy, small), zero(y.type.elt))
+        self.contribute(op.a, N.Generate(N.Shape(op.a), N.Lam((ix,), body)))
+
+    def dual_fold(self, op: N.Fold, y, dy):
+        # primal:  y = Fold f z a  (innermost dimension of length n)
+        # reverse (+):       a += replicate dy along the inner dimension
+        # reverse (max/min): a += dy / count where a == y  (ties split equally)
+        # reverse (other):   with acc_i the running value, d1/d2 the partials of f,
+        #                    a_i += dy * d2(acc_i, a_i) * prod_{j>i} d1(acc_j, a_j)
+        #                    (the thesis's scan rule: Scanl for acc, Scanr (*) for products)
+        a, r, elt = op.a, op.a.type.rank, op.a.type.elt
+        kind = binop_of(op.f)
+        ix = N.Var(N.fresh("i"), shape_type(r))
+        bcast = N.Backpermute(N.Shape(a), N.Lam((ix,), init_ix(ix, r)), dy)
+        if kind == "add" and (op.z is None or isinstance(op.z, N.Const)):
+            return self.contribute(a, bcast)
+        if not (isinstance(elt, Scalar) and elt.is_float):
+            raise NotDifferentiableError(
+                f"fold: reverse mode over tuple-valued folds ({elt!r}) is not supported yet")
+        if _indexes_active(op.f, self.active):
+            raise NotDifferentiableError(
+                "fold: the combination function indexes arrays that carry a derivative; "
+                "not supported yet")
+        if kind in ("max", "min") and op.z is None:
+            j = N.Var(N.fresh("i"), shape_type(r))
+            hit = lam1(shape_type(r), lambda i: N.Cond(
+                N.PrimApp("eq", (N.Index(a, i), N.Index(y, init_ix(i, r)))),
+                N.Const(1, elt), N.Const(0, elt)))
+            hits = self.emit(N.Generate(N.Shape(a), hit))
+            cnt = self.emit(N.Fold(add_lam(elt), N.Const(0, elt), hits))
+            o = init_ix(j, r)
+            body = N.PrimApp("mul", (N.Index(hits, j), N.PrimApp(
+                "div", (N.Index(dy, o), N.Index(cnt, o)))))
+            return self.contribute(a, N.Generate(N.Shape(a), N.Lam((j,), body)))
+        g = X.gradient_lambda(op.f)
+        n = N.Prj(r - 1, N.Shape(a))
+        one = N.Const(1, elt)
+        if op.z is not None:
+            accs = self.emit(N.Scan(freshen(op.f), freshen(op.z), a, True))
+            dfun = lam1(shape_type(r), lambda i: _apply(g, (N.Index(accs, i), N.Index(a, i))))
+        else:
+            accs = self.emit(N.Scan(freshen(op.f), None, a, True))
+
+            def dfun_body(i):
+                last = N.Prj(r - 1, i)
+                prev = with_last(i, r, N.PrimApp("sub", (last, N.Const(1, int64))))
+                return N.Cond(N.PrimApp("eq", (last, N.Const(0, int64))), N.Tuple((one, one)),
+                              _apply(g, (N.Index(accs, prev), N.Index(a, i))))
+            dfun = lam1(shape_type(r), dfun_body)
+        d = self.emit(N.Generate(N.Shape(a), dfun))
+        d1 = self.emit(N.Map(lam1(d.type.elt, lambda p: N.Prj(0, p)), d))
+        mul = N.Lam((xv := N.Var(N.fresh("x"), elt), yv := N.Var(N.fresh("y"), elt)),
+                    N.PrimApp("mul", (xv, yv)))
+        s = self.emit(N.Scan(mul, one, d1, False))
+        i = N.Var(N.fresh("i"), shape_type(r))
+        nxt = with_last(i, r, N.PrimApp("add", (N.Prj(r - 1, i), N.Const(1, int64))))
+        body = N.PrimApp("mul", (N.PrimApp("mul", (N.Index(dy, init_ix(i, r)),
+                                                   N.Prj(1, N.Index(d, i)))), N.Index(s, nxt)))
+        self.contribute(a, N.Generate(N.Shape(a), N.Lam((i,), body)))
+        del n
+        if op.z is not None and _indexes_active(op.z, self.active):
+            # z is used once per row: its adjoint is dy * prod of all d1, summed over rows
+            ry = r - 1
+            k = N.Var(N.fresh("i"), shape_type(ry))
+            zrow = N.Generate(N.Shape(y), N.Lam((k,), N.PrimApp("mul", (
+                N.Index(dy, k), N.Index(s, N.Tuple(tuple(N.Prj(q, k) for q in range(ry))
+                                                   + (N.Const(0, int64),)))))))
+            self.closed_exp(op.z, self.sum_all(self.emit(zrow)))
+
+    def sum_all(self, arr: N.Avar) -> N.Avar:
+        t = arr.type
+        size = N.Const(1, int64)
+        for q in range(t.rank):
+            size = N.PrimApp("mul", (size, N.Prj(q, N.Shape(arr))))
+        flat = self.emit(N.Reshape(N.Tuple((size,)), arr))
+        return self.emit(N.Fold(add_lam(t.elt), zero(t.elt), flat))
+
+    def closed_exp(self, e: N.Exp, de: N.Avar):
+        """Index adjoints of a closed expression ``e`` (used once) with adjoint ``de``."""
+        lam = N.Lam((N.Var(N.fresh("i"), shape_type(0)),), freshen(e))
+        ad = X.differentiate_lam(lam, active=lambda arr: arr.name in self.active)
+        Dr = X.recompute_lambda(ad)
+        ix = N.Var(N.fresh("i"), shape_type(0))
+        body = N.Let(Dr.params[0], ix, N.Let(Dr.params[1], N.Index(de, ix), Dr.body))
+        dres = self.emit(N.Generate(N.Tuple(()), N.Lam((ix,), body)))
+        self.index_adjoints(ad.iai, dres, 0)
+
+    def acond(self, b: ABind):
+        # primal:  y = Acond c t e   (both branches export what the dual needs)
+        # reverse: (adjoints of outer variables) = Acond c (dual of t) (dual of e),
+        #          each branch giving empty arrays for variables it does not touch
+        op = b.op
+        adjs = [self.adjoint(o) if o.name in self.contribs else None for o in b.outs]
+        if all(a is None for a in adjs):
+            return
+        subs = []
+        for br in (op.t, op.e):
+            sub = ARev(self.active, self.mode, self.replace)
+            for leaf, a in zip(leaves(br.result), adjs):
+                if a is not None:
+                    sub.contribute(leaf, a)
+            sub.block(br)
+            subs.append(sub)
+        outer = sorted(set(subs[0].contribs) | set(subs[1].contribs))
+        ovars = [subs[0].vars.get(n) or subs[1].vars[n] for n in outer]
+        blocks = []
+        for sub in subs:
+            vals = []
+            for v in ovars:
+                a = sub.adjoint(v) if v.name in sub.contribs else None
+                vals.append(a if a is not None else sub.emit(empty_of(v.type)))
+            blocks.append(ABlock(sub.binds, tuple(vals)))
+        if not ovars:
+            return
+        outs = tuple(N.Avar(N.fresh("d"), v.type) for v in ovars)
+        self.binds.append(ABind(outs, ACondB(op.c, blocks[0], blocks[1])))
+        for v, o in zip(ovars, outs):
+            self.contribute(v, o, exact=False)
+
+
+def _apply(lam: N.Lam, args: tuple) -> N.Exp:
+    lam = freshen(lam)
+    body = lam.body
+    for p, a in reversed(list(zip(lam.params, args))):
+        body = N.Let(p, a, body)
+    return body
+
+
+# --------------------------------------------------------------------------- assembly
+
+
+def _activity(blk: ABlock, active: set):
+    for b in blk.binds:
+        if isinstance(b.op, ACondB):
+            _activity(b.op.t, active)
+            _activity(b.op.e, active)
+        if free_vars(bind_term(b)) & active:
+            active.update(o.name for o in b.outs)
+
+
+def _rebuild_primal(blk: ABlock, replace: dict, needed: set) -> ABlock:
+    out = []
+    for b in blk.binds:
+        if id(b) in replace:
+            out.extend(replace[id(b)])
+            continue
+        if isinstance(b.op, ACondB):
+            t = _rebuild_primal(b.op.t, replace, needed)
+            e = _rebuild_primal(b.op.e, replace, needed)
+            tx = [v for bb in t.binds for v in bb.outs if v.name in needed]
+            ex = [v for bb in e.binds for v in bb.outs if v.name in needed]
+            if tx or ex:
+                t = _export(t, tx, ex, True)
+                e = _export(e, tx, ex, False)
+                b = ABind(tuple(b.outs) + tuple(tx) + tuple(ex), ACondB(b.op.c, t, e))
+            else:
+                b = ABind(b.outs, ACondB(b.op.c, t, e))
+        out.append(b)
+    return ABlock(out, blk.result)
+
+
+def _export(blk: ABlock, tx: list, ex: list, is_t: bool) -> ABlock:
+    f = AFlattener()
+    mine, other = (tx, ex) if is_t else (ex, tx)
+    stand = tuple(f.go(empty_of(v.type), {}) for v in other)
+    vals = tuple(mine)
+    res = (blk.result, vals, stand) if is_t else (blk.result, stand, vals)
+    return ABlock(blk.binds + f.binds, res)
+
+
+def reverse_program(prog: N.Program, wrt: tuple, seeds: str = "one",
+                    mode: str = "store", with_value: bool = False) -> N.Program:
+    """The reverse-mode derivative of ``prog``.
+
+    ``seeds="one"``: ``prog`` returns a rank-0 float array; the result is the
+    gradient w.r.t. the parameters at positions ``wrt`` (a tuple of arrays),
+    preceded by the value if ``with_value``.  ``seeds="params"``: one
+    cotangent parameter per result leaf is appended (vjp); the result is
+    (outputs..., input cotangents...).
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    blk = aflatten(prog.body, {})
+    active = {prog.params[i].name for i in wrt}
+    _activity(blk, active)
+    rev = ARev(active, mode, {})
+    outs = leaves(blk.result)
+    extra = ()
+    if seeds == "one":
+        (res,) = outs
+        seed = rev.emit(N.Generate(N.Tuple(()), lam1(shape_type(0),
+                                                      lambda _: N.Const(1, res.type.elt))))
+        rev.contribute(res, seed)
+    else:
+        extra = tuple(N.Avar(N.fresh("ct"), o.type) for o in outs)
+        for o, c in zip(outs, extra):
+            rev.contribute(o, c)
+    rev.block(blk)
+    grads = []
+    for i in wrt:
+        p = prog.params[i]
+        g = rev.adjoint(p) if p.name in rev.contribs else None
+        grads.append(g if g is not None else rev.emit(zeros_like(p)))
+    dual = ABlock(rev.binds, tuple(grads))
+    needed = set(free_vars(ablock_term(dual)))
+    primal = _rebuild_primal(blk, rev.replace, needed)
+    if seeds == "one":
+        result = ((outs[0],) if with_value else ()) + tuple(grads)
+    else:
+        result = tuple(outs) + tuple(grads)
+    body = ablock_term(ABlock(primal.binds + rev.binds, result))
+    return freshen(N.Program(prog.params + extra, body))
+
+
+__all__ = ["reverse_program", "paths", "tree_like", "type_leaves"]
