@@ -30,3 +30,6 @@ __all__ = [
 from .ad.api import gradientA, gradientE, value_and_gradientA, vjp  # noqa: E402
 
 __all__ += ["gradientA", "gradientE", "value_and_gradientA", "vjp"]
+from .ad.check import GradCheckReport, check_grad  # noqa: E402
+
+__all__ += ["GradCheckReport", "check_grad"]

@@ -71,7 +71,10 @@ class _Context:
     def close(self, body):
         """Wrap ``body`` in this context's bindings, innermost last."""
         make = N.Alet if self.level == "array" else N.Let
-        for var, bound in reversed(self.bindings):
+        bindings = list(self.bindings)
+        if bindings and body == bindings[-1][0]:  # `let x = e in x` is just `e`
+            body = bindings.pop()[1]
+        for var, bound in reversed(bindings):
             body = make(var, bound, body)
         return body
 

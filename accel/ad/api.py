@@ -70,7 +70,7 @@ def gradient_program(prog: N.Program, wrt, op="gradientA", with_value=False,
     return reverse.reverse_program(prog, idx, "one", mode, with_value), single
 
 
-def _derivative(f, wrt, op: str, with_value: bool):
+def _derivative(f, wrt, op: str, with_value: bool, mode: str):
     from ..pipeline import run
 
     @located
@@ -79,7 +79,7 @@ def _derivative(f, wrt, op: str, with_value: bool):
         if not traced:
             return run(program, *args, backend=default_backend())
         prog = trace_program(f, sig)
-        g, single = gradient_program(prog, wrt, op, with_value)
+        g, single = gradient_program(prog, wrt, op, with_value, mode)
         out = call_program(g, list(args))
         if not isinstance(out, tuple):
             out = (out,)
@@ -91,18 +91,21 @@ def _derivative(f, wrt, op: str, with_value: bool):
     return program
 
 
-def gradientA(f, wrt=None):
+def gradientA(f, wrt=None, *, mode: str = "store"):
     """The gradient program of a scalar-valued program ``f``.
+
+    ``mode`` picks how expression temporaries reach the dual pass: ``"store"``
+    (computed once, kept in arrays) or ``"recompute"`` (recomputed in the dual).
 
     >>> g = A.gradientA(lambda x: A.sum_all(A.map(lambda v: v * v, x)))
     >>> A.run(g, np.arange(3.0), backend="interpreter")   # array([0., 2., 4.])
     """
-    return _derivative(f, wrt, "gradientA", False)
+    return _derivative(f, wrt, "gradientA", False, mode)
 
 
-def value_and_gradientA(f, wrt=None):
+def value_and_gradientA(f, wrt=None, *, mode: str = "store"):
     """Like ``gradientA`` but the program returns ``(value, gradient)``."""
-    return _derivative(f, wrt, "value_and_gradientA", True)
+    return _derivative(f, wrt, "value_and_gradientA", True, mode)
 
 
 # --------------------------------------------------------------------------- gradientE
