@@ -20,9 +20,11 @@ from .ast import nodes as N
 from .ast.pretty import show_program
 from .ast.types import ATupleT, ArrayT
 from .errors import BackendError, ProgramTypeError, ShapeError
-from .frontend import arg_type, trace_program
+from .frontend import arg_type, located, trace_program
 
-BACKENDS = {"interpreter": "backends.interpreter"}
+#: Backend name -> module.  A module with ``prepare_kernels`` consumes the fused kernel
+#: program; one with only ``prepare`` consumes the AST (the reference interpreter).
+BACKENDS = {"interpreter": "backends.interpreter", "fused": "backends.fused"}
 
 #: Optimisation passes run on every traced program, in order (name, function).
 PASSES: list = []
@@ -38,6 +40,15 @@ def optimise(prog: N.Program, timings: dict | None = None) -> N.Program:
         if timings is not None:
             timings[name] = time.perf_counter() - t0
     return prog
+
+
+def prepare(prog: N.Program, backend: str, check_bounds: bool):
+    """A runner for ``prog`` on ``backend`` (fusing first for kernel backends)."""
+    module = get_backend(backend)
+    if hasattr(module, "prepare_kernels"):
+        from .fusion.fuse import fuse
+        return module.prepare_kernels(fuse(prog), check_bounds)
+    return module.prepare(prog, check_bounds)
 
 
 def get_backend(name: str):
@@ -77,10 +88,11 @@ class Compiled:
         entry = self._cache.get(sig)
         if entry is None:
             prog = optimise(trace_program(self.fn, sig))
-            runner = get_backend(self.backend).prepare(prog, self.check_bounds)
+            runner = prepare(prog, self.backend, self.check_bounds)
             entry = self._cache[sig] = (prog, runner)
         return entry
 
+    @located
     def __call__(self, *args):
         from .frontend import _current, call_program
         if _current() is not None:  # called on Acc values inside another program
@@ -90,26 +102,35 @@ class Compiled:
         prog, runner = self._entry(args)
         return runner(args)
 
+    @located
     def program(self, *args) -> str:
         """The optimised program for these arguments' signature, as text."""
-        return show_program(self._entry(convert_args(args))[0])
+        prog, runner = self._entry(convert_args(args))
+        text = show_program(prog)
+        if hasattr(runner, "show"):
+            text += "\n\n" + runner.show()
+        return text
 
+    @located
     def stats(self, *args) -> dict:
         """Facts about the compiled program, at least ``{"kernels": n}``."""
         prog, runner = self._entry(convert_args(args))
         return runner.stats() if hasattr(runner, "stats") else {"kernels": None}
 
 
+@located
 def compile(fn, backend: str = "cpu", check_bounds: bool = False) -> Compiled:  # noqa: A001
     """Compile ``fn`` for ``backend``; the result compiles per signature and then runs."""
     return Compiled(fn, backend, check_bounds)
 
 
+@located
 def run(fn, *args, backend: str = "cpu", check_bounds: bool = False):
     """Trace, compile and run ``fn`` on NumPy arguments; return NumPy results."""
     return compile(fn, backend, check_bounds)(*args)
 
 
+@located
 def show(fn, *example_args) -> str:
     """The traced program of ``fn`` for arguments like ``example_args``, as text."""
     sig = tuple(arg_type(a, i) for i, a in enumerate(convert_args(example_args, "show")))
