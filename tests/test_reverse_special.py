@@ -91,11 +91,9 @@ def test_not_differentiable_errors_say_what_was_asked():
         run(A.gradientA(lambda a: A.sum(A.map(lambda v: A.to_int(v), a))), x)
     with pytest.raises(A.NotDifferentiableError, match="parameter 1"):
         run(A.gradientA(lambda a, i: A.sum(a), wrt=1), x, np.arange(3))
-    with pytest.raises(A.NotDifferentiableError, match="scanl"):
-        run(A.gradientA(lambda a: A.sum_all(A.scanl(lambda p, q: p + q, 0.0, a))), x)
-    with pytest.raises(A.NotDifferentiableError, match="permute"):
+    with pytest.raises(A.NotDifferentiableError, match="permute.*x.* - "):
         run(A.gradientA(lambda a: A.sum_all(A.permute(
-            lambda p, q: p + q, A.fill((2,), 0.0), lambda i: i % 2, a))), x)
+            lambda p, q: p - q, A.fill((2,), 0.0), lambda i: i % 2, a))), x)
     with pytest.raises(A.NotDifferentiableError, match="awhile"):
         run(A.gradientA(lambda a: A.the(A.sum(A.awhile(
             lambda s: A.unit(A.the(A.sum(s)) < 100.0), lambda s: A.map(lambda v: v * 2, s),

@@ -19,6 +19,7 @@ from ..ast.traverse import free_vars, freshen
 from ..ast.types import ArrayT, Scalar, TupleT, bool_, int64, shape_type
 from ..errors import NotDifferentiableError
 from . import expr as X
+from .recurrences import recurrence_dual
 from .anf import (ABind, ABlock, ACondB, AFlattener, ablock_term, aflatten, bind_term, leaves,
                   paths, tree_like, type_leaves)
 from .blocks import zero
@@ -298,14 +299,8 @@ class ARev:
         bcast = N.Backpermute(N.Shape(a), N.Lam((ix,), init_ix(ix, r)), dy)
         if kind == "add" and (op.z is None or isinstance(op.z, N.Const)):
             return self.contribute(a, bcast)
-        if not (isinstance(elt, Scalar) and elt.is_float):
-            raise NotDifferentiableError(
-                f"fold: reverse mode over tuple-valued folds ({elt!r}) is not supported yet")
-        if _indexes_active(op.f, self.active):
-            raise NotDifferentiableError(
-                "fold: the combination function indexes arrays that carry a derivative; "
-                "not supported yet")
-        if kind in ("max", "min") and op.z is None:
+        scalar = isinstance(elt, Scalar) and elt.is_float
+        if kind in ("max", "min") and op.z is None and scalar:
             j = N.Var(N.fresh("i"), shape_type(r))
             hit = lam1(shape_type(r), lambda i: N.Cond(
                 N.PrimApp("eq", (N.Index(a, i), N.Index(y, init_ix(i, r)))),
@@ -316,40 +311,105 @@ class ARev:
             body = N.PrimApp("mul", (N.Index(hits, j), N.PrimApp(
                 "div", (N.Index(dy, o), N.Index(cnt, o)))))
             return self.contribute(a, N.Generate(N.Shape(a), N.Lam((j,), body)))
-        g = X.gradient_lambda(op.f)
-        n = N.Prj(r - 1, N.Shape(a))
-        one = N.Const(1, elt)
-        if op.z is not None:
-            accs = self.emit(N.Scan(freshen(op.f), freshen(op.z), a, True))
-            dfun = lam1(shape_type(r), lambda i: _apply(g, (N.Index(accs, i), N.Index(a, i))))
-        else:
-            accs = self.emit(N.Scan(freshen(op.f), None, a, True))
+        # any other operator: the accumulators come from a scan, then the recurrence rule
+        accs = self.emit(N.Scan(freshen(op.f), freshen(op.z) if op.z is not None else None,
+                                a, True))
+        has_z = op.z is not None
+        last = N.Prj(r - 1, N.Shape(accs))
 
-            def dfun_body(i):
-                last = N.Prj(r - 1, i)
-                prev = with_last(i, r, N.PrimApp("sub", (last, N.Const(1, int64))))
-                return N.Cond(N.PrimApp("eq", (last, N.Const(0, int64))), N.Tuple((one, one)),
-                              _apply(g, (N.Index(accs, prev), N.Index(a, i))))
-            dfun = lam1(shape_type(r), dfun_body)
-        d = self.emit(N.Generate(N.Shape(a), dfun))
-        d1 = self.emit(N.Map(lam1(d.type.elt, lambda p: N.Prj(0, p)), d))
+        def dacc(ix, p):
+            at_end = N.PrimApp("eq", (p, N.PrimApp("sub", (last, N.Const(1, int64)))))
+            return N.Cond(at_end, N.Index(dy, init_ix(ix, r)), zero(elt))
+        zrows = recurrence_dual(self, op.f, op.z, a, accs, dacc, has_z, True)
+        if has_z and _indexes_active(op.z, self.active):
+            self.closed_exp(op.z, self.sum_all(self.emit(zrows)))
+
+    def dual_scan(self, op: N.Scan, y, dy):
+        # primal:  y = Scan f z a  (scanl/scanr/scanl1/scanr1)
+        # reverse: the recurrence rule (see recurrences.py): a backward affine scan of the
+        #          adjoints, then each step's dual seeded with its accumulator's adjoint
+        a, r = op.a, op.a.type.rank
+        has_z = op.z is not None
+        n_out = N.Prj(r - 1, N.Shape(y))
+
+        def dacc(ix, p):
+            last = p if op.left else N.PrimApp("sub", (N.PrimApp(
+                "sub", (n_out, N.Const(1, int64))), p))
+            return N.Index(dy, N.Tuple(tuple(N.Prj(k, ix) for k in range(r - 1)) + (last,)))
+        zrows = recurrence_dual(self, op.f, op.z, a, y, dacc, has_z, op.left)
+        if has_z and _indexes_active(op.z, self.active):
+            self.closed_exp(op.z, self.sum_all(self.emit(zrows)))
+
+    def dual_permute(self, op: N.Permute, y, dy):
+        # primal:  y = Permute comb d f src   (y[t] = comb(src[i], y[t]) for f(i) = t)
+        # reverse (+):   d += dy;  src[i] += dy[f i] (a gather; 0 where f i is ignore)
+        # reverse (max/min): the winners share dy[t] equally (d[t] included)
+        # reverse (*):   each factor gets dy[t] * (product of the others), zeros counted
+        kind = binop_of(op.comb)
+        elt, d, src = y.type.elt, op.defaults, op.src
+        if kind not in ("add", "max", "min", "mul"):
+            from ..ast.pretty import show
+            raise NotDifferentiableError(
+                f"permute: reverse mode is defined for the combination functions +, *, max "
+                f"and min, not {show(op.comb)}")
+        if kind != "add" and not (isinstance(elt, Scalar) and elt.is_float):
+            raise NotDifferentiableError(f"permute: {kind} on {elt!r} elements")
+        rs = src.type.rank
+        z = zero(elt)
+
+        def at_target(body_fn):
+            # Generate over src: \i -> let t = f i in if keep then body(i, target) else 0
+            i = N.Var(N.fresh("i"), shape_type(rs))
+            t = N.Var(N.fresh("t"), op.f.type)
+            body = N.Let(t, _apply(op.f, (i,)),
+                         N.Cond(N.Prj(0, t), body_fn(i, N.Prj(1, t)), z))
+            return N.Generate(N.Shape(src), N.Lam((i,), body))
+
+        def over_defaults(body_fn):
+            return N.Generate(N.Shape(d), lam1(shape_type(d.type.rank), body_fn))
+
+        if kind == "add":
+            self.contribute(d, dy)
+            self.contribute(src, at_target(lambda i, t: N.Index(dy, t)))
+            return
+        one = N.Const(1, elt)
+
+        def eq(a, b):
+            return N.PrimApp("eq", (a, b))
+
+        if kind in ("max", "min"):
+            dhit = lambda t: N.Cond(eq(N.Index(d, t), N.Index(y, t)), one, z)  # noqa: E731
+            shit = at_target(lambda i, t: N.Cond(eq(N.Index(src, i), N.Index(y, t)), one, z))
+            cnt = self.emit(N.Permute(add_lam(elt), over_defaults(dhit), freshen(op.f),
+                                      self.emit(shit)))
+
+            def share(v, t):
+                return N.Cond(eq(v, N.Index(y, t)), N.PrimApp("div", (
+                    N.Index(dy, t), N.Index(cnt, t))), z)
+            self.contribute(d, over_defaults(lambda t: share(N.Index(d, t), t)))
+            self.contribute(src, at_target(lambda i, t: share(N.Index(src, i), t)))
+            return
+        # kind == "mul"
+        nz = (lambda v: N.Cond(eq(v, z), one, v))  # noqa: E731
+        isz = (lambda v: N.Cond(eq(v, z), one, z))  # noqa: E731
         mul = N.Lam((xv := N.Var(N.fresh("x"), elt), yv := N.Var(N.fresh("y"), elt)),
                     N.PrimApp("mul", (xv, yv)))
-        s = self.emit(N.Scan(mul, one, d1, False))
-        i = N.Var(N.fresh("i"), shape_type(r))
-        nxt = with_last(i, r, N.PrimApp("add", (N.Prj(r - 1, i), N.Const(1, int64))))
-        body = N.PrimApp("mul", (N.PrimApp("mul", (N.Index(dy, init_ix(i, r)),
-                                                   N.Prj(1, N.Index(d, i)))), N.Index(s, nxt)))
-        self.contribute(a, N.Generate(N.Shape(a), N.Lam((i,), body)))
-        del n
-        if op.z is not None and _indexes_active(op.z, self.active):
-            # z is used once per row: its adjoint is dy * prod of all d1, summed over rows
-            ry = r - 1
-            k = N.Var(N.fresh("i"), shape_type(ry))
-            zrow = N.Generate(N.Shape(y), N.Lam((k,), N.PrimApp("mul", (
-                N.Index(dy, k), N.Index(s, N.Tuple(tuple(N.Prj(q, k) for q in range(ry))
-                                                   + (N.Const(0, int64),)))))))
-            self.closed_exp(op.z, self.sum_all(self.emit(zrow)))
+        j = N.Var(N.fresh("i"), shape_type(rs))
+        prod = self.emit(N.Permute(mul, over_defaults(lambda t: nz(N.Index(d, t))),
+                                   freshen(op.f), self.emit(N.Generate(N.Shape(src), N.Lam(
+                                       (j,), nz(N.Index(src, j)))))))
+        j2 = N.Var(N.fresh("i"), shape_type(rs))
+        zeros = self.emit(N.Permute(add_lam(elt), over_defaults(lambda t: isz(N.Index(d, t))),
+                                    freshen(op.f), self.emit(N.Generate(N.Shape(src), N.Lam(
+                                        (j2,), isz(N.Index(src, j2)))))))
+
+        def others(v, t):
+            zt, pt = N.Index(zeros, t), N.Index(prod, t)
+            nonzero = N.Cond(eq(zt, z), N.PrimApp("div", (pt, v)), z)
+            iszero = N.Cond(eq(zt, one), pt, z)
+            return N.PrimApp("mul", (N.Index(dy, t), N.Cond(eq(v, z), iszero, nonzero)))
+        self.contribute(d, over_defaults(lambda t: others(N.Index(d, t), t)))
+        self.contribute(src, at_target(lambda i, t: others(N.Index(src, i), t)))
 
     def sum_all(self, arr: N.Avar) -> N.Avar:
         t = arr.type
