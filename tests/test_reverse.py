@@ -4,7 +4,7 @@ float64 and float32, in both temporaries modes; plus the special cases of API.md
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import accel as A
@@ -14,7 +14,7 @@ from accel.frontend import arg_type, trace_program
 
 BACKEND = "interpreter"
 SETTINGS = settings(deadline=None, max_examples=6,
-                    suppress_health_check=[HealthCheck.too_slow])
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
 def smooth_floats(shape, lo=-2.0, hi=2.0):
@@ -77,6 +77,22 @@ CASES = {
 }
 
 
+# Inputs near a kink or a branch switch, where finite differences straddle two pieces.
+AWAY_FROM_KINKS = {
+    "acond": lambda xs: abs(xs[0].sum()) > 0.05,
+    "cond": lambda xs: np.all(np.abs(xs[0]) > 0.01),
+    "maximum": lambda xs: _no_ties(xs[0]),
+    "minimum": lambda xs: _no_ties(xs[0]),
+    "primitives": lambda xs: np.all(np.abs(np.abs(xs[0]) - 0.3) > 0.01)
+    and np.all(np.abs(xs[0]) > 0.01),
+}
+
+
+def _no_ties(x):
+    rows = x.reshape(-1, x.shape[-1])
+    return all(np.min(np.diff(np.sort(r))) > 0.01 for r in rows if r.size > 1)
+
+
 @pytest.mark.parametrize("mode", ["store", "recompute"])
 @pytest.mark.parametrize("name", sorted(CASES))
 @SETTINGS
@@ -85,6 +101,7 @@ def test_reverse_agrees_with_forward_and_fd(name, mode, data):
     f, shapes, *extra = CASES[name]
     extra = extra[0] if extra else []
     xs = [data.draw(smooth_floats(s)) for s in shapes]
+    assume(AWAY_FROM_KINKS.get(name, lambda _: True)(xs))
     args = xs + list(extra)
     wrt = tuple(range(len(xs)))
     gradient_typechecks(f, args, wrt, mode)
