@@ -1,0 +1,1 @@
+"""The two-level AST of accel programs: types, nodes, primitives, traversals."""

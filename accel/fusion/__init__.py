@@ -1,0 +1,1 @@
+"""Simplification and fusion: from the AST to the kernel program backends run."""

@@ -1,0 +1,1 @@
+"""ADBench GMM and BA objectives in accel, with I/O, runner and benchmarks."""
