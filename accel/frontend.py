@@ -67,6 +67,7 @@ class _Context:
     def __init__(self, level: str):
         self.level = level
         self.bindings: list = []
+        self.embedded: dict = {}  # id(outer term) -> (term, Var bound to it here)
 
     def close(self, body):
         """Wrap ``body`` in this context's bindings, innermost last."""
@@ -200,10 +201,43 @@ def const(x, ty: Scalar | None = None) -> N.Const:
                            "(convert explicitly with A.to_float / A.to_int)")
 
 
+def _trivial(term: N.Exp) -> bool:
+    """Terms cheap enough to copy wherever they are used (no binders, no work)."""
+    while isinstance(term, N.Prj):
+        term = term.tup
+    if isinstance(term, N.Tuple):
+        return all(_trivial(i) for i in term.items)
+    return isinstance(term, (N.Var, N.Const, N.Shape))
+
+
+def _embed(term: N.Exp) -> N.Exp:
+    """``term`` as used in the current scalar function.
+
+    Scalar-function terms are bound (``Var``) when built; a compound term that reaches a
+    scalar function from outside (a scalar computed at the top level of the program) is
+    bound once per function, on first use, so that it is shared like any other value and
+    its binders are fresh in each copy.
+    """
+    ctx = _current()
+    if ctx is None or ctx.level != "exp" or _trivial(term):
+        return term
+    for c in reversed(_stack):
+        if c.level != "exp":
+            break
+        hit = c.embedded.get(id(term))
+        if hit is not None and hit[0] is term:
+            return hit[1]
+    from .ast.traverse import freshen
+    v = N.Var(N.fresh("x"), term.type)
+    ctx.bindings.append((v, freshen(term)))
+    ctx.embedded[id(term)] = (term, v)
+    return v
+
+
 def to_term(x, expect=None) -> N.Exp:
     """The expression term of a user value (Exp, Python number or tuple of them)."""
     if isinstance(x, Exp):
-        return x.term
+        return _embed(x.term)
     if isinstance(x, tuple):
         items = expect.items if isinstance(expect, TupleT) and len(expect.items) == len(x) \
             else (None,) * len(x)
@@ -549,8 +583,27 @@ def trace_program(fn, param_types: tuple) -> N.Program:
                                    f"{len(args)} array argument(s) failed: {e}") from None
         body = ctx.close(array_term(out, "program result"))
     prog = float_in(N.Program(params, body))
-    typecheck(prog)
+    typecheck(_with_captured(prog) if _stack else prog)
     return prog
+
+
+def _with_captured(prog: N.Program) -> N.Program:
+    """``prog`` with the arrays it captures from enclosing programs as extra parameters.
+
+    A program traced while another is being traced (``A.gradientA(f)(x)`` inside a
+    program, a closure over an outer ``Acc``) may read the outer program's arrays; they
+    stay free variables, bound where the program is inlined, and count as constants for
+    the derivatives of the inner program.
+    """
+    from .ast.traverse import free_vars, walk
+    free = free_vars(prog)
+    if not free:
+        return prog
+    caps = {}
+    for n in walk(prog.body):
+        if isinstance(n, N.Avar) and n.name in free:
+            caps[n.name] = n
+    return N.Program(prog.params + tuple(caps.values()), prog.body)
 
 
 def call_program(prog: N.Program, args: list):
