@@ -52,6 +52,7 @@ def generate(shape, f) -> Acc:
 @located
 def fill(shape, e) -> Acc:
     """A constant array: ``A.fill((3, 4), 0.0)``."""
+    _require_array_level("fill")
     return generate(shape, lambda _: e)
 
 
@@ -108,30 +109,35 @@ def _mul(x, y):
 @located
 def sum(a) -> Acc:  # noqa: A001
     """Sum over the innermost dimension."""
+    _require_array_level("sum")
     return fold(_add, 0, a)
 
 
 @located
 def product(a) -> Acc:
     """Product over the innermost dimension."""
+    _require_array_level("product")
     return fold(_mul, 1, a)
 
 
 @located
 def maximum(a) -> Acc:
     """Maximum over the (non-empty) innermost dimension."""
+    _require_array_level("maximum")
     return fold1(max, a)
 
 
 @located
 def minimum(a) -> Acc:
     """Minimum over the (non-empty) innermost dimension."""
+    _require_array_level("minimum")
     return fold1(min, a)
 
 
 @located
 def flatten(a) -> Acc:
     """The elements of ``a`` as a rank-1 array (row-major)."""
+    _require_array_level("flatten")
     a = _acc(a, "flatten")
     if a.rank == 1:
         return a
@@ -144,12 +150,14 @@ def flatten(a) -> Acc:
 @located
 def fold_all(f, z, a) -> Acc:
     """Reduce every element to a rank-0 array."""
+    _require_array_level("fold_all")
     return fold(f, z, flatten(a))
 
 
 @located
 def sum_all(a) -> Acc:
     """The sum of all elements, as a rank-0 array."""
+    _require_array_level("sum_all")
     return fold_all(_add, 0, a)
 
 
@@ -292,8 +300,14 @@ def acond(c, a, b):
 
 
 @located
-def awhile(cond, body, init):
-    """Array loop: ``x = init; while the(cond(x)): x = body(x)``."""
+def awhile(cond, body, init, checkpoint: int | None = None):
+    """Array loop: ``x = init; while the(cond(x)): x = body(x)``.
+
+    Reverse mode keeps the loop's states on a tape; ``checkpoint=k`` keeps only
+    every k-th state and recomputes the others, bounding the tape's memory.
+    """
+    if checkpoint is not None and (not isinstance(checkpoint, int) or checkpoint < 1):
+        raise ProgramTypeError(f"awhile: checkpoint must be a positive int, got {checkpoint!r}")
     _require_array_level("awhile")
     ti = array_term(init, "awhile")
     t = ti.type
@@ -309,7 +323,7 @@ def awhile(cond, body, init):
                                f"{lc.type!r}")
     if lb.type != t:
         raise ProgramTypeError(f"awhile: the body returns {lb.type!r}, the state is {t!r}")
-    return bind_array(N.Awhile(lc, lb, ti))
+    return bind_array(N.Awhile(lc, lb, ti, checkpoint or 1))
 
 
 # --------------------------------------------------------------------------- expressions
@@ -430,6 +444,7 @@ def shape(a) -> tuple:
 @located
 def iota(n, dtype: Scalar = int64) -> Acc:
     """``[0, 1, ..., n-1]``."""
+    _require_array_level("iota")
     if dtype == int64:
         return generate((n,), lambda i: i)
     return generate((n,), lambda i: prim("to_" + dtype.name, i))
@@ -438,12 +453,14 @@ def iota(n, dtype: Scalar = int64) -> Acc:
 @located
 def zip(a, b) -> Acc:  # noqa: A001
     """Pair up two arrays elementwise (an array of tuples)."""
+    _require_array_level("zip")
     return zip_with(lambda x, y: (x, y), a, b)
 
 
 @located
 def transpose(a) -> Acc:
     """Swap the two dimensions of a rank-2 array."""
+    _require_array_level("transpose")
     a = _acc(a, "transpose")
     if a.rank != 2:
         raise ProgramTypeError(f"transpose: expected a rank-2 array, got {a.type!r}")

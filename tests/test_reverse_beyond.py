@@ -146,3 +146,45 @@ def test_dot_product_vjp_jvp(k):
     lhs = float(np.dot(t, xbar))
     rhs = sum(float(np.sum(a * b)) for a, b in zip(tout, cts))
     assert lhs == pytest.approx(rhs, rel=1e-10, abs=1e-12)
+
+
+def _awhile_prog(limit, every=None):
+    def f(a, b):
+        st = A.awhile(lambda s: A.unit(A.the(A.sum(A.map(abs, s))) < limit),
+                      lambda s: A.zip_with(lambda u, v: u * v + 0.1 * A.sin(u), s, b), a,
+                      checkpoint=every)
+        return A.sum_all(A.map(lambda v: v * v, st))
+    return f
+
+
+@pytest.mark.parametrize("limit,iters", [(0.5, 0), (1.1, 1), (6.0, "many")])
+@pytest.mark.parametrize("every", [None, 1, 3])
+def test_awhile_reverse_with_tape_and_checkpoints(limit, iters, every):
+    x, w = np.array([0.3, 0.5, 0.2]), np.array([1.1, 0.9, 1.2])
+    f = _awhile_prog(limit, every)
+    report = A.check_grad(f, x, w, backend=B, rtol=1e-5, atol=1e-8)
+    assert report.ok, report
+
+
+def test_awhile_tuple_state_counter():
+    def f(a, b):
+        st = A.awhile(lambda s: A.unit(A.the(s[1]) < 4),
+                      lambda s: (A.zip_with(lambda u, v: u * v + A.sin(u), s[0], b),
+                                 A.unit(A.the(s[1]) + 1)), (a, A.unit(0)))
+        return A.sum_all(A.map(lambda v: v * v, st[0]))
+    assert A.check_grad(f, np.array([0.3, 0.5]), np.array([1.1, 0.9]), backend=B)
+
+
+@pytest.mark.parametrize("start", [5.0, 2.9, 0.3])  # 0, 1 and several iterations
+def test_while_reverse_recomputes(start):
+    def f(a):
+        return A.sum_all(A.map(lambda v: A.while_(
+            lambda s: s < 3.0, lambda s: s * 1.5 + 0.1 * A.sin(s), v), a))
+    assert A.check_grad(f, np.array([start, start + 0.01]), backend=B)
+
+
+def test_while_body_reading_outer_variables_and_data_dependent_trip_count():
+    def f(a):
+        return A.sum_all(A.map(lambda v: A.while_(
+            lambda s: s[0] < 4.0, lambda s: (s[0] * v + 0.2, s[1] + 1), (v, 0))[0], a))
+    assert A.check_grad(f, np.array([1.2, 1.5, 2.5]), backend=B)

@@ -91,7 +91,8 @@ class AFlattener:
             return self.bind(ACondB(c, aflatten(a.t, env), aflatten(a.e, env)), a.type)
         if isinstance(a, N.Awhile):
             init = tree_term(self.go(a.init, env))
-            return self.bind(N.Awhile(substitute(a.cond, sub), substitute(a.body, sub), init),
+            return self.bind(N.Awhile(substitute(a.cond, sub), substitute(a.body, sub), init,
+                                      a.every),
                              a.type)
         if isinstance(a, N.Unit):
             f = N.Lam((N.Var(N.fresh("x"), shape_type(0)),), substitute(a.exp, sub))

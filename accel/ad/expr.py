@@ -111,9 +111,8 @@ class Reverse:
             self._cond(b, op)
         elif isinstance(op, N.While):
             if any(o.type.is_float and o.name in self.contribs for o in b.outs):
-                raise NotDifferentiableError(
-                    "while_: reverse-mode differentiation through a scalar loop is not "
-                    "supported yet (the loop's result carries a derivative)")
+                from .loops import while_dual
+                while_dual(self, b, op)
         # Prj (of Shape or of a free tuple variable): discrete or handled by leaves
 
     def _cond(self, b: Bind, op: CondB):

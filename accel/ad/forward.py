@@ -647,7 +647,7 @@ class _AFwd:
         cond = N.ALam(s, N.Alet(op.cond.param, N.APrj(0, s), op.cond.body))
         dinit = tuple(self.dot(init[j]) if self.dot(init[j]) is not None
                       else self.zeros_like(init[j]) for j in act)
-        w = N.Awhile(cond, body, N.ATuple((op.init, N.ATuple(dinit))))
+        w = N.Awhile(cond, body, N.ATuple((op.init, N.ATuple(dinit))), op.every)
         touts = tuple(_dot(b.outs[j]) for j in act)
         self.binds.append(ABind(tuple(b.outs) + touts, w))
         for j, d in zip(act, touts):
@@ -781,6 +781,9 @@ def _nest(t, it):
 def _check_tangent(i: int, p_type, primal, tangent, traced: bool):
     """Validate the tangent of parameter ``i`` against its primal (raise naming it)."""
     if traced:
+        if tangent.type.rank != p_type.rank:
+            raise ShapeError(f"jvp: the tangent of parameter {i} has rank "
+                             f"{tangent.type.rank}, but the parameter has type {p_type!r}")
         if tangent.type != p_type:
             raise ProgramTypeError(f"jvp: the tangent of parameter {i} has type "
                                    f"{tangent.type!r}, but the parameter has type {p_type!r}")

@@ -160,9 +160,9 @@ class ARev:
             return
         op = b.op
         if isinstance(op, N.Awhile):
-            raise NotDifferentiableError(
-                "awhile: reverse-mode differentiation through an array loop is not supported "
-                "yet (the loop's result carries a derivative)")
+            from .loops import awhile_dual
+            dys = [self.adjoint(o) if o.name in self.contribs else None for o in b.outs]
+            return awhile_dual(self, b, op, dys)
         y = b.outs[0]
         dy = self.adjoint(y)
         if isinstance(op, N.Use):

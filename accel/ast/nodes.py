@@ -44,6 +44,7 @@ class Node:
     def __hash__(self) -> int:
         h = self.__dict__.get("_hash")
         if h is None:
+            _hash_descendants(self)  # bottom-up, so that deep trees do not recurse
             h = hash(self.key())
             object.__setattr__(self, "_hash", h)
         return h
@@ -53,10 +54,52 @@ class Node:
             return True
         if type(self) is not type(other) or hash(self) != hash(other):
             return False
-        return self.key() == other.key()
+        # Compare the keys with an explicit stack (the same result as ``key() == key()``).
+        stack, seen = [(self.key(), other.key())], set()
+        while stack:
+            x, y = stack.pop()
+            if x is y:
+                continue
+            if isinstance(x, Node):
+                if type(x) is not type(y) or hash(x) != hash(y):
+                    return False
+                if (id(x), id(y)) not in seen:  # shared subtrees are compared once
+                    seen.add((id(x), id(y)))
+                    stack.append((x.key(), y.key()))
+            elif isinstance(x, tuple):
+                if not isinstance(y, tuple) or len(x) != len(y):
+                    return False
+                stack.extend(zip(x, y))
+            elif isinstance(y, (Node, tuple)) or x != y:
+                return False
+        return True
 
     def _set_type(self, t) -> None:
         object.__setattr__(self, "type", t)
+
+
+def _key_nodes(k):
+    """The nodes inside a key (keys nest tuples only shallowly)."""
+    for v in k:
+        if isinstance(v, Node):
+            yield v
+        elif isinstance(v, tuple):
+            yield from _key_nodes(v)
+
+
+def _hash_descendants(root) -> None:
+    """Cache the hashes of ``root``'s descendants, deepest first, without recursion."""
+    stack = [(root, False)]
+    while stack:
+        n, expanded = stack.pop()
+        if "_hash" in n.__dict__:
+            continue
+        if expanded:
+            if n is not root:
+                hash(n)  # its children are cached: shallow
+            continue
+        stack.append((n, True))
+        stack.extend((c, False) for c in _key_nodes(n.key()) if "_hash" not in c.__dict__)
 
 
 def _keyof(v):
@@ -516,9 +559,16 @@ class ALam(Node):
 
 @node
 class Awhile(Arr):
+    """``x = init; while cond(x): x = body(x)``.
+
+    ``every``: reverse mode keeps every ``every``-th state on its loop tape and
+    recomputes the others (1 keeps them all).
+    """
+
     cond: ALam
     body: ALam
     init: Arr
+    every: int = 1
     type: object = field(init=False, compare=False, repr=False)
 
     def __post_init__(self):

@@ -1,0 +1,369 @@
+"""Reverse rules for loops (beyond the thesis, after Futhark's loop tape).
+
+``awhile``: the primal runs the loop once to count its iterations ``n``, then
+again writing every ``every``-th state into a *loop tape* (one array of shape
+``(ceil(n / every), ...)`` per state array, sized at run time; states must keep
+their shape).  The dual loop runs ``k = n-1 .. 0``: it takes state ``k`` from
+the tape (recomputing up to ``every - 1`` body steps from the last checkpoint)
+and applies the body's vector-Jacobian product, accumulating the adjoints of
+the arrays the body reads from outside.
+
+``while_`` (inside scalar functions) has no arrays to keep a tape in: its
+reverse rule recomputes state ``k`` from the initial state (O(n^2) body steps,
+O(1) memory).  A scalar loop body that indexes arrays carrying a derivative is
+not supported (each iteration would add an index adjoint).
+"""
+
+from __future__ import annotations
+
+from ..ast import nodes as N
+from ..ast.traverse import free_vars, freshen, substitute
+from ..ast.types import ArrayT, ATupleT, TupleT, bool_, int64, shape_type
+from ..errors import NotDifferentiableError
+from .anf import ABind, leaves, tree_like, tree_term, type_leaves
+
+
+def _c(v, t=int64):
+    return N.Const(v, t)
+
+
+def _p(op, *args):
+    return N.PrimApp(op, args)
+
+
+def _the(a: N.Avar) -> N.Exp:
+    return N.Index(a, N.Tuple(()))
+
+
+def _unit(e: N.Exp) -> N.Arr:
+    return N.Unit(e)
+
+
+def _call(lam: N.ALam, arg: N.Arr) -> N.Arr:
+    """``lam`` applied to the array term ``arg`` (binders freshened)."""
+    lam = freshen(lam)
+    return N.Alet(lam.param, arg, lam.body)
+
+
+def _leaf_terms(t, v: N.Avar) -> list:
+    """Projections of each leaf of a (tuple-typed) array variable."""
+    if not isinstance(t, ATupleT):
+        return [v]
+    out = []
+
+    def go(t, term):
+        if isinstance(t, ATupleT):
+            for i, s in enumerate(t.items):
+                go(s, N.APrj(i, term))
+        else:
+            out.append(term)
+    go(t, v)
+    return out
+
+
+def _bind_leaves(t, v: N.Avar, body_fn):
+    """``let l_i = leaf i of v in body_fn([l_i])`` with Avar leaves."""
+    terms = _leaf_terms(t, v)
+    vs = [N.Avar(N.fresh("a"), s) for s in type_leaves(t)]
+    body = body_fn(vs)
+    for var, term in reversed(list(zip(vs, terms))):
+        body = N.Alet(var, term, body)
+    return body
+
+
+def _tuple(items) -> N.Arr:
+    return N.ATuple(tuple(items))
+
+
+def inline_program(prog: N.Program, args: list) -> N.Arr:
+    """The body of ``prog`` with its parameters bound to ``args`` (binders freshened)."""
+    prog = freshen(prog)
+    body = prog.body
+    for p, a in reversed(list(zip(prog.params, args))):
+        body = N.Alet(p, a, body)
+    return body
+
+
+def awhile_dual(rev, b: ABind, op: N.Awhile, dys: list):
+    """Primal replacement (count + taped loop) and the dual loop of ``b = awhile``."""
+    from .reverse import reverse_program, zeros_like
+    T = op.init.type
+    tl = type_leaves(T)
+    for t in tl:
+        if not isinstance(t, ArrayT):
+            raise NotDifferentiableError(f"awhile: state of type {T!r}")
+    every = max(1, int(op.every))
+    init = leaves(_term_tree(op.init))
+    CT = ATupleT((T, ArrayT(int64, 0)))
+
+    # -- count pass: (x, k) -> (body x, k + 1) while cond x
+    s = N.Avar(N.fresh("s"), CT)
+    x = N.Avar(N.fresh("a"), T)
+    kk = N.Avar(N.fresh("a"), ArrayT(int64, 0))
+    cnt_cond = N.ALam(s, N.Alet(x, N.APrj(0, s), _call(op.cond, x)))
+    s2 = N.Avar(N.fresh("s"), CT)
+    x2, k2 = N.Avar(N.fresh("a"), T), N.Avar(N.fresh("a"), ArrayT(int64, 0))
+    cnt_body = N.ALam(s2, _lets([(x2, N.APrj(0, s2)), (k2, N.APrj(1, s2))], _tuple((
+        _call(op.body, x2), _unit(_p("add", _the(k2), _c(1)))))))
+    cnt_init = _tuple((tree_term(_term_tree(op.init)), _unit(_c(0))))
+    cnt_outs = tuple(N.Avar(N.fresh("a"), t) for t in tl) + (kk,)
+    n = kk
+    # number of checkpoints: ceil(n / every)
+    cap_e = _p("floordiv", _p("add", _the(n), _c(every - 1)), _c(every))
+
+    # -- taped pass: (x, k, tapes) -> (body x, k + 1, tapes with row k/every = x if k%every==0)
+    TT = ATupleT(tuple(ArrayT(t.elt, t.rank + 1) for t in tl))
+    ST = ATupleT((T, ArrayT(int64, 0), TT))
+    st = N.Avar(N.fresh("s"), ST)
+    xs = N.Avar(N.fresh("a"), T)
+    tape_cond = N.ALam(st, N.Alet(xs, N.APrj(0, st), _call(op.cond, xs)))
+    st2 = N.Avar(N.fresh("s"), ST)
+    x3, k3, tp3 = (N.Avar(N.fresh("a"), T), N.Avar(N.fresh("a"), ArrayT(int64, 0)),
+                   N.Avar(N.fresh("a"), TT))
+
+    def write_tapes(xleaves, tleaves):
+        out = []
+        for xl, tp in zip(xleaves, tleaves):
+            r = xl.type.rank
+            i = N.Var(N.fresh("i"), shape_type(r))
+            row = _p("floordiv", _the(k3), _c(every))
+            tgt = N.Tuple((row,) + tuple(N.Prj(q, i) for q in range(r)))
+            keep = _p("eq", _p("mod", _the(k3), _c(every)), _c(0)) if every > 1 else \
+                N.Const(True, bool_)
+            second = N.Lam((u := N.Var(N.fresh("x"), xl.type.elt),
+                            N.Var(N.fresh("y"), xl.type.elt)), u)
+            out.append(N.Permute(second, tp, N.Lam((i,), N.Tuple((keep, tgt))), xl))
+        return _tuple(out)
+
+    def next_state(xl, tpl):
+        return _tuple((_call(op.body, x3), _unit(_p("add", _the(k3), _c(1))),
+                       write_tapes(xl, tpl)))
+
+    body_t = _lets([(x3, N.APrj(0, st2)), (k3, N.APrj(1, st2)), (tp3, N.APrj(2, st2))],
+                   _bind_leaves(T, x3, lambda xl: _bind_leaves(TT, tp3,
+                                                               lambda tpl: next_state(xl, tpl))))
+    tape_body = N.ALam(st2, body_t)
+    tapes0 = []
+    for leaf in init:
+        sh = N.Tuple((cap_e,) + tuple(N.Prj(q, N.Shape(leaf)) for q in range(leaf.type.rank)))
+        tapes0.append(_gen_zero(sh, leaf.type.elt))
+    taped_init = _tuple((tree_term(_term_tree(op.init)), _unit(_c(0)), _tuple(tapes0)))
+    tape_vars = tuple(N.Avar(N.fresh("tape"), t) for t in TT.items)
+    kdone = N.Avar(N.fresh("a"), ArrayT(int64, 0))
+    rev.replace[id(b)] = [
+        ABind(cnt_outs, N.Awhile(cnt_cond, cnt_body, cnt_init)),
+        ABind(tuple(b.outs) + (kdone,) + tape_vars, N.Awhile(tape_cond, tape_body, taped_init)),
+    ]
+
+    # -- the body's vector-Jacobian product, over the state and the outer active arrays
+    outer = sorted((free_vars(op.body) & rev.active) - {op.body.param.name})
+    outer_vars = [_find_avar(op.body, name) for name in outer]
+    xp = tuple(N.Avar(N.fresh("a"), t) for t in tl)
+    op_ = tuple(N.Avar(N.fresh("a"), v.type) for v in outer_vars)
+    bprog_body = N.Alet(op.body.param, tree_term(tree_like(T, iter(xp))), op.body.body)
+    bprog_body = substitute(bprog_body, {v.name: w for v, w in zip(outer_vars, op_)})
+    bprog = N.Program(xp + op_, bprog_body)
+    vprog = reverse_program(bprog, tuple(range(len(xp) + len(op_))), "params")
+    m = len(tl)
+
+    # -- dual loop over (k, lam, accs) from k = n down to 1
+    DT = ATupleT((ArrayT(int64, 0), ATupleT(tuple(tl)),
+                  ATupleT(tuple(v.type for v in outer_vars))))
+    d = N.Avar(N.fresh("s"), DT)
+    kd = N.Avar(N.fresh("a"), ArrayT(int64, 0))
+    dcond = N.ALam(d, N.Alet(kd, N.APrj(0, d), _unit(_p("gt", _the(kd), _c(0)))))
+    d2 = N.Avar(N.fresh("s"), DT)
+    k4 = N.Avar(N.fresh("a"), ArrayT(int64, 0))
+    lam4 = N.Avar(N.fresh("a"), ATupleT(tuple(tl)))
+    acc4 = N.Avar(N.fresh("a"), DT.items[2])
+    kprev = N.Var(N.fresh("k"), int64)
+
+    def state_at(kexp):  # the loop state before iteration k (leaves), from the tape
+        rows = []
+        for tvar in tape_vars:
+            r = tvar.type.rank - 1
+            rows.append(N.Slice(tvar, (_p("floordiv", kexp, _c(every)),) + (None,) * r))
+        start = _retree(T, rows) if isinstance(T, ATupleT) else rows[0]
+        if every == 1:
+            return start
+        # recompute (k mod every) body steps from the checkpoint
+        RT = ATupleT((T, ArrayT(int64, 0)))
+        q = N.Avar(N.fresh("s"), RT)
+        qk = N.Avar(N.fresh("a"), ArrayT(int64, 0))
+        steps = _p("mod", kexp, _c(every))
+        rc = N.ALam(q, N.Alet(qk, N.APrj(1, q), _unit(_p("lt", _the(qk), steps))))
+        q2 = N.Avar(N.fresh("s"), RT)
+        qx, qk2 = N.Avar(N.fresh("a"), T), N.Avar(N.fresh("a"), ArrayT(int64, 0))
+        rb = N.ALam(q2, _lets([(qx, N.APrj(0, q2)), (qk2, N.APrj(1, q2))], _tuple((
+            _call(op.body, qx), _unit(_p("add", _the(qk2), _c(1)))))))
+        return N.APrj(0, N.Awhile(rc, rb, _tuple((start, _unit(_c(0))))))
+
+    xk = N.Avar(N.fresh("a"), T)
+    vres = N.Avar(N.fresh("a"), vprog.type)
+
+    def dual_body_fn():
+        xleaves = [N.Avar(N.fresh("a"), t) for t in tl]
+        lamleaves = [N.APrj(i, lam4) for i in range(m)]
+        accleaves = [N.APrj(i, acc4) for i in range(len(outer_vars))]
+        call = inline_program(vprog, list(xleaves) + list(outer_vars) + list(lamleaves))
+        nouts = m  # vprog returns the body's outputs (m leaves), then the gradients
+        new_lam = [N.APrj(nouts + i, vres) for i in range(m)]
+        new_acc = []
+        for i, (v, a) in enumerate(zip(outer_vars, accleaves)):
+            g = N.APrj(nouts + m + i, vres)
+            new_acc.append(_add_arrays(a, g, v.type))
+        inner = N.Alet(vres, call, _tuple((
+            _unit(kprev), _tuple(new_lam), _tuple(new_acc))))
+        for xl, term in reversed(list(zip(xleaves, _leaf_terms(T, xk)))):
+            inner = N.Alet(xl, term, inner)
+        return N.Alet(xk, state_at(kprev), inner)
+
+    dbody_inner = dual_body_fn()
+    dbody = _lets([(k4, N.APrj(0, d2)), (lam4, N.APrj(1, d2)), (acc4, N.APrj(2, d2))],
+                  _let_exp_in_arr(kprev, _p("sub", _the(k4), _c(1)), dbody_inner))
+    lam0 = [dy if dy is not None else zeros_like(o) for dy, o in zip(dys, b.outs)]
+    dinit = _tuple((_unit(_the(kdone)), _tuple(lam0),
+                    _tuple([zeros_like(v) for v in outer_vars])))
+    res = rev.emit(N.Awhile(dcond, N.ALam(d2, dbody), dinit))
+    res = res if isinstance(res, tuple) else (res,)
+    # res leaves: k, lam leaves (m), acc leaves
+    flat = leaves(res)
+    lam_fin, acc_fin = flat[1:1 + m], flat[1 + m:]
+    for leaf, adj in zip(init, lam_fin):
+        rev.contribute(leaf, adj)
+    for v, adj in zip(outer_vars, acc_fin):
+        rev.contribute(v, adj)
+
+
+def _lets(binds: list, body: N.Arr) -> N.Arr:
+    for v, t in reversed(binds):
+        body = N.Alet(v, t, body)
+    return body
+
+
+def _term_tree(a: N.Arr):
+    if isinstance(a, N.ATuple):
+        return tuple(_term_tree(i) for i in a.items)
+    return a
+
+
+def _retree(t, rows):
+    return tree_term(tree_like(t, iter(rows)))
+
+
+def _find_avar(n: N.Node, name: str) -> N.Avar:
+    from ..ast.traverse import walk
+    for x in walk(n):
+        if isinstance(x, N.Avar) and x.name == name:
+            return x
+    raise KeyError(name)
+
+
+def _gen_zero(shape: N.Exp, elt) -> N.Arr:
+    from .blocks import zero
+    r = len(shape.type.items)
+    return N.Generate(shape, N.Lam((N.Var(N.fresh("i"), shape_type(r)),), zero(elt)))
+
+
+def _let_exp_in_arr(v: N.Var, e: N.Exp, a: N.Arr) -> N.Arr:
+    """Bind a scalar for use in array-level expressions: substitute it (it is cheap)."""
+    return substitute(a, {v.name: e})
+
+
+def _add_arrays(a: N.Arr, b: N.Arr, t: ArrayT) -> N.Arr:
+    from .reverse import add_lam
+    return N.ZipWith(add_lam(t.elt), a, b)
+
+
+# --------------------------------------------------------------------------- while_
+
+
+def while_dual(rev, b, op: N.While):
+    """Adjoints for ``outs = while_ cond body init`` inside a scalar function (recompute)."""
+    from ..ast.traverse import walk
+    from . import expr as X
+    from .blocks import leaves_of, tree_like as etree_like, type_leaves as etype_leaves, zero
+    adjs = [rev.adjoint(o) if o.type.is_float else None for o in b.outs]
+    if all(a is None for a in adjs):
+        return
+    if free_vars(op.body) & rev_active_names(rev, op.body):
+        raise NotDifferentiableError(
+            "while_: reverse mode through a scalar loop whose body indexes arrays that carry "
+            "a derivative is not supported (use awhile)")
+    S = op.init.type
+    frees = sorted({v.name: v for v in walk(op.body) if isinstance(v, N.Var)
+                    and v.name in free_vars(op.body) and v.type.is_float}.items())
+    fvars = [v for _, v in frees]
+
+    def lam2(types, fn):
+        ps = tuple(N.Var(N.fresh("w"), t) for t in types)
+        return N.Lam(ps, fn(*ps))
+
+    def app(lam, *args):
+        lam = freshen(lam)
+        body = lam.body
+        for p, a in reversed(list(zip(lam.params, args))):
+            body = N.Let(p, a, body)
+        return body
+
+    one = _c(1)
+    KS = TupleT((S, int64))
+    count = N.Prj(1, N.While(
+        lam2((KS,), lambda s: app(op.cond, N.Prj(0, s))),
+        lam2((KS,), lambda s: N.Tuple((app(op.body, N.Prj(0, s)), _p("add", N.Prj(1, s), one)))),
+        N.Tuple((op.init, _c(0)))))
+
+    def state_at(k):
+        return N.Prj(0, N.While(
+            lam2((KS,), lambda s: _p("lt", N.Prj(1, s), k)),
+            lam2((KS,), lambda s: N.Tuple((app(op.body, N.Prj(0, s)),
+                                           _p("add", N.Prj(1, s), one)))),
+            N.Tuple((op.init, _c(0)))))
+
+    sp = N.Var(N.fresh("s"), S)
+    fps = tuple(N.Var(N.fresh("f"), v.type) for v in fvars)
+    blam = N.Lam((sp,) + fps, app(op.body, sp) if not fvars else
+                 substitute(app(op.body, sp), {v.name: w for v, w in zip(fvars, fps)}))
+    ad = X.differentiate_lam(blam, active=lambda arr: False)
+    D = X.recompute_lambda(ad)
+    DT = TupleT((int64, S) + tuple(v.type for v in fvars))
+
+    def dbody(st):
+        km1 = _p("sub", N.Prj(0, st), one)
+        kv = N.Var(N.fresh("k"), int64)
+        rv = N.Var(N.fresh("r"), D.type)
+        lam = N.Prj(1, st)
+        res = N.Tuple((kv, N.Prj(0, N.Prj(0, rv))) + tuple(
+            _p("add", N.Prj(2 + i, st), N.Prj(1 + i, N.Prj(0, rv))) for i in range(len(fvars))))
+        return N.Let(kv, km1, N.Let(rv, app(D, state_at(kv), *[N.Var(v.name, v.type)
+                                                               for v in fvars], lam), res))
+
+    lam0 = etree_like(S, iter(a if a is not None else zero(o.type)
+                              for a, o in zip(adjs, b.outs)))
+    from .blocks import tree_term as etree_term
+    init = N.Tuple((count, etree_term(lam0)) + tuple(zero(v.type) for v in fvars))
+    loop = N.While(lam2((DT,), lambda st: _p("gt", N.Prj(0, st), _c(0))),
+                   lam2((DT,), dbody), init)
+    out = rev.emit(loop)
+    lam_fin = leaves_of(out[1])
+    init_atoms = leaves_of(_exp_tree(op.init))
+    for atom, a, t in zip(init_atoms, lam_fin, etype_leaves(S)):
+        if t.is_float:
+            rev.contribute(atom, a)
+    for v, a in zip(fvars, out[2:]):
+        rev.contribute(v, a)
+
+
+def rev_active_names(rev, lam) -> set:
+    names = set()
+    from ..ast.traverse import walk
+    for x in walk(lam):
+        if isinstance(x, N.Index) and rev.active(x.array):
+            names.add(x.array.name)
+    return names
+
+
+def _exp_tree(e: N.Exp):
+    if isinstance(e, N.Tuple):
+        return tuple(_exp_tree(i) for i in e.items)
+    return e
