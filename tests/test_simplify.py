@@ -1,0 +1,814 @@
+"""The simplifier (accel.fusion.simplify): each pass does its job, results never change,
+outputs type-check, long programs neither recurse too deep nor take long."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import accel as A
+from accel.ast.nodes import (Acond, ALam, Alet, APrj, ATuple, Avar, Awhile, Backpermute, Cond,
+                             Const, Fold, Generate, Index, Lam, Let, Map, Permute, PrimApp, Prj,
+                             Program, Replicate, Reshape, Scan, Shape, Slice, Tuple, Unit, Var,
+                             While, ZipWith,
+                             fresh)
+from accel.ast.pretty import show_program
+from accel.ast.prims import PRIMS, result_type
+from accel.ast.traverse import count_nodes, walk
+from accel.ast.typecheck import typecheck
+from accel.ast.types import ArrayT, TupleT, bool_, float32, float64, int32, int64, shape_type
+from accel.errors import OutOfBoundsError, ProgramTypeError
+from accel.frontend import trace_program
+from accel.fusion import simplify as S
+from accel.fusion.simplify import simplify
+from backends.interpreter import evaluate
+
+F, I64 = float64, int64
+V1, V2, I1 = ArrayT(F, 1), ArrayT(F, 2), ArrayT(I64, 1)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def P(op, *args):
+    return PrimApp(op, tuple(args))
+
+
+def f64(v):
+    return Const(v, F)
+
+
+def i64(v):
+    return Const(v, I64)
+
+
+def var(t, prefix="x"):
+    return Var(fresh(prefix), t)
+
+
+def avar(t, prefix="a"):
+    return Avar(fresh(prefix), t)
+
+
+def lam1(t, body_fn):
+    x = var(t)
+    return Lam((x,), body_fn(x))
+
+
+def lam2(t, body_fn, u=None):
+    x, y = var(t), var(t if u is None else u)
+    return Lam((x, y), body_fn(x, y))
+
+
+def add_lam(t=F):
+    return lam2(t, lambda x, y: P("add", x, y))
+
+
+def zeros_like(a):
+    return Generate(Shape(a), lam1(shape_type(a.type.rank), lambda _: Const(0, a.type.elt)))
+
+
+def trace(fn, *types):
+    return trace_program(fn, tuple(types))
+
+
+def count(p, cls):
+    return sum(isinstance(n, cls) for n in walk(p))
+
+
+def same_values(x, y, signed_zeros=True):
+    """Equal results: NaNs equal, zeros of the same sign (unless not ``signed_zeros``)."""
+    if isinstance(x, tuple):
+        assert isinstance(y, tuple) and len(x) == len(y)
+        for a, b in zip(x, y):
+            same_values(a, b, signed_zeros)
+        return
+    x, y = np.asarray(x), np.asarray(y)
+    assert x.dtype == y.dtype and x.shape == y.shape
+    np.testing.assert_array_equal(x, y)
+    if x.dtype.kind == "f" and signed_zeros:
+        ok = ~np.isnan(x)
+        np.testing.assert_array_equal(np.signbit(x[ok]), np.signbit(y[ok]))
+
+
+def check(p, args, **kw):
+    """Simplify ``p``, type-check the result and compare it with ``p`` on ``args``."""
+    typecheck(p)
+    q = simplify(p, **kw)
+    typecheck(q)
+    try:
+        want = evaluate(p, args)
+    except Exception as ex:  # the original fails: the simplified one may only fail alike
+        with pytest.raises(type(ex)):
+            evaluate(q, args)
+        return q
+    same_values(evaluate(q, args), want, signed_zeros=not kw.get("adjoint_zeros"))
+    return q
+
+
+def body_of_single_map(p):
+    maps = [n for n in walk(p) if isinstance(n, Map)]
+    assert len(maps) == 1
+    return maps[0].f.body
+
+
+# --------------------------------------------------------------------------- CSE
+
+
+def test_cse_two_identical_maps_become_one():
+    def f(a):
+        x = A.map(lambda v: v * 2.0 + 1.0, a)
+        y = A.map(lambda w: w * 2.0 + 1.0, a)  # another lambda, other names
+        return A.zip_with(lambda p, q: p * q, x, y)
+
+    p = trace(f, V1)
+    assert count(p, Map) == 2
+    q = check(p, [np.arange(5.0)])
+    assert count(q, Map) == 1
+    assert count(S.cse(p), Map) == 1
+    typecheck(S.cse(p))
+
+
+def test_cse_inline_duplicates_and_expressions():
+    a = avar(V1)
+    m1 = Map(lam1(F, lambda x: P("sin", x)), a)
+    m2 = Map(lam1(F, lambda x: P("sin", x)), a)
+    # sin x * sin x inside a lambda, and two equal maps that are not let-bound
+    sq = Map(lam1(F, lambda x: P("mul", P("sin", x), P("sin", x))), a)
+    p = Program((a,), ZipWith(add_lam(), ZipWith(add_lam(), m1, m2), sq))
+    q = check(p, [np.linspace(-2, 2, 7)])
+    assert count(q, Map) == 1  # m1 = m2 (sq composes into the zip that consumes it)
+    assert sum(isinstance(n, PrimApp) and n.op == "sin" for n in walk(q)) == 2
+
+
+def test_cse_only_reuses_bindings_in_scope():
+    # The same map in both branches of an acond is not hoisted out of them...
+    def f(a, b):
+        c = A.the(A.sum(b)) > 0.0
+        t = A.map(lambda v: v + 1.0, A.map(lambda v: A.sqrt(v), a))
+        e = A.map(lambda v: v * 3.0, A.map(lambda v: A.sqrt(v), a))
+        return A.acond(c, t, e)
+
+    p = trace(f, V1, V1)
+    q = check(p, [np.arange(4.0), np.ones(3)])
+    check(p, [np.arange(4.0), -np.ones(3)])
+    acond = [n for n in walk(q) if isinstance(n, Acond)]
+    assert len(acond) == 1
+    assert count(acond[0].t, Map) >= 1 and count(acond[0].e, Map) >= 1
+    # no map computed before the acond
+    assert count(q, Map) == count(acond[0].t, Map) + count(acond[0].e, Map)
+
+    # ...but a value computed before the branch is reused inside it.
+    def g(a, b):
+        s = A.map(lambda v: A.sqrt(v), a)
+        c = A.the(A.sum(s)) > 2.0
+        return A.acond(c, A.map(lambda v: v + 1.0, A.map(lambda v: A.sqrt(v), a)), b)
+
+    p = trace(g, V1, V1)
+    q = check(p, [np.arange(4.0), np.ones(4)])
+    assert sum(isinstance(n, PrimApp) and n.op == "sqrt" for n in walk(q)) == 1
+
+
+def test_cse_expression_level_in_while_and_cond():
+    x, s = var(F), var(F)
+    # the same term in a while body and before it: the body reuses the outer let
+    k = var(F, "k")
+    body = Let(k, P("exp", x),
+               While(lam1(F, lambda s: P("lt", s, P("mul", P("exp", x), f64(10.0)))),
+                     Lam((s,), P("add", s, P("exp", x))), k))
+    a = avar(V1)
+    p = Program((a,), Map(Lam((x,), body), a))
+    q = check(p, [np.array([0.0, 0.5, -1.0])])
+    assert sum(isinstance(n, PrimApp) and n.op == "exp" for n in walk(q)) == 1
+
+
+# --------------------------------------------------------------------------- inlining
+
+
+def test_inline_single_use_array_into_argument():
+    def f(a):
+        return A.sum(A.map(lambda v: v * v, a))
+
+    p = trace(f, V1)
+    assert isinstance(p.body, Alet)
+    q = check(p, [np.arange(6.0)])
+    assert isinstance(q.body, Fold) and isinstance(q.body.a, Map)
+    assert "let" not in show_program(q)
+
+
+def test_inline_trivial_and_expression_lets():
+    a, x = avar(V1), var(F)
+    y, z, w = var(F, "y"), var(F, "z"), var(F, "w")
+    body = Let(y, x, Let(z, f64(2.0), Let(w, P("mul", y, z), P("add", w, P("neg", z)))))
+    p = Program((a,), Map(Lam((x,), body), a))
+    q = S.inline_lets(p)
+    typecheck(q)
+    assert body_of_single_map(q) == P("add", P("mul", x, f64(2.0)), P("neg", f64(2.0)))
+    check(p, [np.arange(3.0)])
+
+
+def test_no_inline_of_indexed_array():
+    # a2 is used once, but through Index inside a lambda: it must stay bound
+    a1, a2 = avar(V1), avar(V1)
+    gen = Generate(Shape(a1), lam1(shape_type(1), lambda i: P("mul", Index(a2, i), f64(2.0))))
+    p = Program((a1,), Alet(a2, Map(lam1(F, lambda x: P("exp", x)), a1), gen))
+    q = check(p, [np.arange(3.0)])
+    assert isinstance(q.body, Alet) and q.body.var == a2
+
+
+def test_no_inline_into_awhile_or_acond():
+    a, s, s2 = avar(V1), avar(V1), avar(V1)
+    m = avar(V1, "m")
+    cond = ALam(s, Unit(P("lt", Index(s, Tuple((i64(0),))), f64(100.0))))
+    body = ALam(s2, ZipWith(add_lam(), s2, m))
+    p = Program((a,), Alet(m, Map(lam1(F, lambda x: P("add", P("abs", x), f64(1.0))), a),
+                           Awhile(cond, body, a)))
+    q = check(p, [np.arange(1.0, 4.0)])
+    assert isinstance(q.body, Alet) and q.body.var == m  # not moved into the loop body
+
+    b = avar(V1, "b")
+    p = Program((a,), Alet(b, Map(lam1(F, lambda x: P("exp", x)), a),
+                           Acond(P("gt", Index(a, Tuple((i64(0),))), f64(0.0)), b, a)))
+    q = check(p, [np.arange(1.0, 4.0)])
+    check(p, [np.arange(-1.0, 2.0)])
+    assert isinstance(q.body, Alet) and isinstance(q.body.body, Acond)
+
+
+def test_no_inline_into_while_body_but_into_cond_branch():
+    x, s, s2, y, z = var(F), var(F, "s"), var(F, "s"), var(F, "y"), var(F, "z")
+    loop = While(Lam((s,), P("lt", s, f64(50.0))), Lam((s2,), P("add", s2, y)), x)
+    e = Let(y, P("exp", x), loop)  # y used once, in the loop body: stays bound
+    a = avar(V1)
+    p = Program((a,), Map(Lam((x,), e), a))
+    q = check(p, [np.array([1.0, 2.0])])
+    assert isinstance(body_of_single_map(q), Let)
+    # used once inside a cond branch: inlined (it then only runs when taken)
+    e2 = Let(z, P("exp", x), Cond(P("gt", x, f64(0.0)), z, f64(0.0)))
+    p2 = Program((a,), Map(Lam((x,), e2), a))
+    q2 = check(p2, [np.array([-1.0, 2.0])])
+    assert isinstance(body_of_single_map(q2), Cond)
+
+
+# --------------------------------------------------------------------------- dead code
+
+
+def test_dead_code_elimination():
+    def f(a):
+        unused = A.map(lambda v: A.exp(v), a)  # noqa: F841 - dead on purpose
+        chain = a
+        for _ in range(50):
+            chain = A.map(lambda v: v + 1.0, chain)  # a dead chain
+        return A.map(lambda v: v * 2.0, a)
+
+    p = trace(f, V1)
+    q = S.eliminate_dead_code(p)  # the whole dead chain in one pass
+    typecheck(q)
+    assert count(q, Map) == 1
+    check(p, [np.arange(3.0)])
+
+    x, y = var(F), var(F, "y")
+    a = avar(V1)
+    p = Program((a,), Map(Lam((x,), Let(y, P("sin", x), P("add", x, x))), a))
+    q = S.eliminate_dead_code(p)
+    assert body_of_single_map(q) == P("add", x, x)
+
+
+def test_dead_index_is_dropped():
+    # Dropping an unused out-of-bounds Index is accepted (standard for pure code).
+    a, x, y = avar(V1), var(F), var(F, "y")
+    p = Program((a,), Map(Lam((x,), Let(y, Index(a, Tuple((i64(99),))), x)), a))
+    q = simplify(p)
+    typecheck(q)
+    assert count(q, Index) == 0
+    same_values(evaluate(q, [np.arange(3.0)]), np.arange(3.0))
+
+
+# --------------------------------------------------------------------------- constants
+
+
+def test_constant_folding():
+    def f(a):
+        return A.map(lambda v: v + (2.0 * 3.0 - 1.0) * A.cos(0.0), a)
+
+    p = trace(f, V1)
+    q = check(p, [np.arange(3.0)])
+    assert body_of_single_map(q).args[1] == f64(5.0)
+
+
+@pytest.mark.parametrize("expr, want", [
+    (lambda x: P("mul", x, f64(1.0)), "x"),
+    (lambda x: P("mul", f64(1.0), x), "x"),
+    (lambda x: P("sub", x, f64(0.0)), "x"),
+    (lambda x: P("add", x, f64(-0.0)), "x"),
+    (lambda x: P("div", x, f64(1.0)), "x"),
+    (lambda x: P("neg", P("neg", x)), "x"),
+    (lambda x: P("to_float64", x), "x"),
+    (lambda x: P("add", x, f64(0.0)), None),  # -0.0 + 0.0 is 0.0
+    (lambda x: P("add", f64(0.0), x), None),
+    (lambda x: P("mul", x, f64(0.0)), None),  # nan * 0 is nan
+    (lambda x: P("sub", x, f64(-0.0)), None),
+    (lambda x: Cond(P("lt", f64(1.0), f64(2.0)), x, f64(7.0)), "x"),
+    (lambda x: Cond(P("lt", x, f64(2.0)), P("sin", x), P("sin", x)), "sin"),
+    (lambda x: Prj(1, Tuple((P("exp", x), x))), "x"),
+])
+def test_float_identities(expr, want):
+    a, x = avar(V1), var(F)
+    p = Program((a,), Map(Lam((x,), expr(x)), a))
+    check(p, [np.array([-0.0, 0.0, np.nan, np.inf, -2.5])])
+    b = body_of_single_map(S.project_tuples(S.fold_constants(p)))
+    if want is None:
+        assert b == expr(x)
+    elif want == "x":
+        assert b == x
+    else:
+        assert b == P(want, x)
+
+
+def test_integer_identities():
+    a, x = avar(I1), var(I64)
+    e = P("add", P("mul", P("add", x, i64(0)), i64(1)), P("mul", i64(0), P("mod", x, i64(3))))
+    p = Program((a,), Map(Lam((x,), e), a))
+    q = check(p, [np.arange(-3, 4)])
+    assert body_of_single_map(S.fold_constants(p)) == x
+    assert q.body == a  # and the identity map goes
+
+
+def test_const_cond_while_and_acond():
+    a, b, s, s2 = avar(V1), avar(V1), var(F), var(F)
+    loop = While(Lam((s,), P("gt", f64(1.0), f64(2.0))), Lam((s2,), P("exp", s2)), f64(3.0))
+    p = Program((a, b), Acond(P("eq", i64(2), P("add", i64(1), i64(1))),
+                              Map(lam1(F, lambda x: P("add", x, loop)), a), b))
+    q = check(p, [np.arange(3.0), np.ones(3)])
+    assert count(q, Acond) == 0 and count(q, While) == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_folding_matches_the_interpreter(data):
+    """Every primitive folded on constants gives what the interpreter computes."""
+    op = data.draw(st.sampled_from(sorted(PRIMS)))
+    prim = PRIMS[op]
+    types = [float32, float64, int32, int64, bool_]
+    t = data.draw(st.sampled_from(types))
+    try:
+        result_type(op, (t,) * prim.arity)
+    except ProgramTypeError:
+        return
+    if t.is_float:
+        vals = st.one_of(st.sampled_from([0.0, -0.0, 1.0, -1.0, 0.5, np.nan, np.inf, -np.inf]),
+                         st.floats(-1e3, 1e3, width=32 if t == float32 else 64))
+    elif t.is_int:
+        bits = 31 if t == int32 else 63
+        vals = st.one_of(st.sampled_from([0, 1, -1, 2, 3, -7]),
+                         st.integers(-2 ** bits, 2 ** bits - 1))
+    else:
+        vals = st.booleans()
+    args = tuple(Const(data.draw(vals), t) for _ in range(prim.arity))
+    a = avar(ArrayT(F, 1))
+    e = PrimApp(op, args)
+    p = Program((a,), Generate(Tuple((i64(1),)), lam1(shape_type(1), lambda _: e)))
+    q = S.fold_constants(p)
+    typecheck(q)
+    assert isinstance(q.body.f.body, Const)
+    same_values(evaluate(q, [np.zeros(1)]), evaluate(p, [np.zeros(1)]))
+
+
+# --------------------------------------------------------------------------- tuples
+
+
+def test_tuple_projection_and_split():
+    a, x = avar(V1), var(F)
+    t, u = var(TupleT((F, F, F)), "t"), var(F, "u")
+    e = Let(t, Tuple((P("sin", x), P("cos", x), P("exp", x))),
+            Let(u, P("add", Prj(0, t), Prj(2, t)), P("mul", u, Prj(0, t))))
+    p = Program((a,), Map(Lam((x,), e), a))
+    q = check(p, [np.linspace(-1, 1, 5)])
+    assert count(q, Tuple) == 0 and count(q, Prj) == 0
+    assert not any(isinstance(n, PrimApp) and n.op == "cos" for n in walk(q))
+    # direct projections, both levels
+    assert S.project_tuples(Program((a,), Map(Lam((x,), Prj(1, Tuple((x, f64(2.0))))), a))
+                            ).body.f.body == f64(2.0)
+    b = avar(V1)
+    p = Program((a, b), APrj(1, ATuple((Map(lam1(F, lambda v: P("exp", v)), a), b))))
+    assert S.project_tuples(p).body == b
+
+
+def test_array_tuple_split_and_acond_narrowing():
+    a, b = avar(V1), avar(V1)
+    tup = ATuple((Map(lam1(F, lambda v: P("exp", v)), a), Map(lam1(F, lambda v: P("sin", v)), a),
+                  b))
+    r = Avar(fresh("r"), tup.type)
+    p = Program((a, b), Alet(r, tup, ZipWith(add_lam(), APrj(0, r), APrj(2, r))))
+    q = check(p, [np.arange(3.0), np.ones(3)])
+    assert count(q, ATuple) == 0 and not any(
+        isinstance(n, PrimApp) and n.op == "sin" for n in walk(q))
+
+    # an acond of tuples whose second component nobody reads
+    c = P("gt", Index(b, Tuple((i64(0),))), f64(0.0))
+    k = Acond(c, ATuple((Map(lam1(F, lambda v: P("exp", v)), a),
+                         Map(lam1(F, lambda v: P("sin", v)), a))),
+              ATuple((a, Map(lam1(F, lambda v: P("cos", v)), a))))
+    r = Avar(fresh("r"), k.type)
+    p = Program((a, b), Alet(r, k, Map(lam1(F, lambda v: P("neg", v)), APrj(0, r))))
+    q = check(p, [np.arange(3.0), np.ones(3)])
+    check(p, [np.arange(3.0), -np.ones(3)])
+    assert count(q, ATuple) == 0 and count(q, APrj) == 0
+    assert not any(isinstance(n, PrimApp) and n.op in ("sin", "cos") for n in walk(q))
+
+
+def test_cond_of_tuples_narrowed():
+    a, x = avar(V1), var(F)
+    t = var(TupleT((F, F)), "t")
+    c = Cond(P("gt", x, f64(0.0)), Tuple((P("exp", x), P("sin", x))),
+             Tuple((P("neg", x), P("cos", x))))
+    p = Program((a,), Map(Lam((x,), Let(t, c, P("mul", Prj(0, t), Prj(0, t)))), a))
+    q = check(p, [np.linspace(-1, 1, 5)])
+    assert count(q, Tuple) == 0
+    assert not any(isinstance(n, PrimApp) and n.op in ("sin", "cos") for n in walk(q))
+
+
+# --------------------------------------------------------------------------- zeros
+
+
+def test_zero_adjoint_contribution():
+    a = avar(V1)
+    p = Program((a,), ZipWith(add_lam(), a, zeros_like(a)))
+    assert S.simplify(p).body != a  # x + 0.0 is not x for x = -0.0
+    q = check(p, [np.array([-0.0, 1.0])], adjoint_zeros=True)
+    assert q.body == a
+    n = avar(I1)
+    q = check(Program((n,), ZipWith(add_lam(I64), zeros_like(n), n)), [np.arange(3)])
+    assert q.body == n  # exact on integers
+
+
+def test_zero_array_through_let_and_shape():
+    def f(a):
+        z = A.generate(A.shape(a), lambda i: 0.0)
+        return A.zip_with(lambda p, q: p + q, A.map(lambda v: v * 2.0, a), z)
+
+    p = trace(f, V1)
+    q = check(p, [np.arange(3.0)], adjoint_zeros=True)
+    assert count(q, ZipWith) == 0 and count(q, Generate) == 0
+
+
+def test_map_identity_fold_and_permute_of_zeros():
+    a, b = avar(V1), avar(V2)
+    p = Program((a,), Map(lam1(F, lambda x: x), a))
+    assert simplify(p).body == a
+    # Fold (+) 0 over zeros is a generate of zeros (exact: 0.0 + 0.0 = 0.0)
+    p = Program((b,), Fold(add_lam(), f64(0.0), zeros_like(b)))
+    q = check(p, [np.ones((2, 3))])
+    assert count(q, Fold) == 0 and isinstance(q.body, Generate)
+    # a cond with equal branches makes a constant map: a generate
+    x = var(F)
+    p = Program((a,), Map(Lam((x,), Cond(P("gt", x, f64(0.0)), f64(0.0), f64(0.0))), a))
+    q = check(p, [np.arange(3.0)])
+    assert isinstance(q.body, Generate) and q.body.f.body == f64(0.0)
+    # a map over zeros folds to a constant generate
+    p = Program((b,), Map(lam1(F, lambda v: P("mul", P("exp", v), f64(2.0))), zeros_like(b)))
+    q = check(p, [np.ones((2, 2))])
+    assert isinstance(q.body, Generate) and q.body.f.body == f64(2.0)
+    # a permute of zeros into d, only with adjoint_zeros
+    idx = lam1(shape_type(1), lambda i: Tuple((Const(True, bool_), i)))
+    p = Program((a,), Permute(add_lam(), Map(lam1(F, lambda v: P("exp", v)), a), idx,
+                              zeros_like(a)))
+    assert count(simplify(p), Permute) == 1
+    q = check(p, [np.arange(3.0)], adjoint_zeros=True)
+    assert count(q, Permute) == 0
+
+
+def test_shape_of_known_arrays():
+    def f(a):
+        m = A.map(lambda v: v + 1.0, a)
+        n = A.map(lambda v: v * 2.0, m)
+        return A.generate(A.shape(n), lambda i: m[i] + 1.0)
+
+    p = trace(f, V1)
+    q = check(p, [np.arange(4.0)])
+    # Shape of n is Shape of a, so n is dead
+    assert count(q, Map) == 1
+    shapes = [x for x in walk(q) if isinstance(x, Shape)]
+    assert shapes and all(s.array.name == p.params[0].name for s in shapes)
+
+
+def test_reshape_backpermute_identities():
+    a = avar(V2)
+    p = Program((a,), Backpermute(Shape(a), lam1(shape_type(2), lambda i: i),
+                                  Reshape(Shape(a), a)))
+    q = check(p, [np.ones((2, 3))])
+    assert q.body == a
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_untaken_branches_out_of_bounds_never_evaluated():
+    # Acond: the untaken branch indexes out of bounds and slices out of bounds
+    def f(a):
+        n = A.size(a)
+        bad = A.generate((3,), lambda i: a[i[0] + n + 5] * 2.0)
+        bad2 = A.slice(A.reshape((n, 1), a), (n + 3, A.All))
+        good = A.map(lambda v: v + 1.0, a)
+        return A.acond(n > 100, A.zip_with(lambda p, q: p + q, bad, bad2), good)
+
+    p = trace(f, V1)
+    q = check(p, [np.arange(3.0)])
+    evaluate(q, [np.arange(3.0)])
+
+    # Cond: the index is only evaluated where it is in bounds; a copy of it in
+    # the other branch must not be shared with the guarded one
+    def g(a):
+        n = A.size(a)
+
+        def elt(i):
+            j = i[0] * 2
+            safe = A.cond(j < n, a[j] * 3.0, 0.0)
+            return safe + A.cond(j < n, a[j] * 3.0 + 1.0, -1.0)
+        return A.generate((n,), elt)
+
+    p = trace(g, V1)
+    q = check(p, [np.arange(5.0)])
+    x, b, i = var(I64), avar(V1), var(shape_type(1))
+    bad = Program((b,), Generate(Tuple((i64(2),)), Lam(
+        (i,), Let(x, P("add", Prj(0, i), i64(5)), Index(b, Tuple((x,)))))))
+    with pytest.raises(OutOfBoundsError):  # and the bound check itself survives
+        evaluate(simplify(bad), [np.arange(3.0)])
+
+
+def test_slice_and_index_errors_in_live_code_are_kept():
+    a = avar(V2)
+    p = Program((a,), Slice(a, (i64(7), None)))
+    q = simplify(p)
+    with pytest.raises(OutOfBoundsError):
+        evaluate(q, [np.ones((2, 2))])
+
+
+# --------------------------------------------------------------------------- scale
+
+
+def test_long_let_chains_both_levels():
+    # 3000 array bindings and a 3000-deep expression chain in one lambda
+    def f(a):
+        x = a
+        for i in range(3000):
+            x = A.map(lambda v, i=i: v * 1.0 + float(i % 2), x)
+        return x
+
+    p = trace(f, V1)
+    t0 = time.process_time()
+    q = simplify(p)
+    dt = time.process_time() - t0
+    typecheck(q)
+    same_values(evaluate(q, [np.arange(3.0)]), evaluate(p, [np.arange(3.0)]))
+    assert dt < 10
+
+    def g(a):
+        def lam(v):
+            acc = v
+            for i in range(3000):
+                acc = acc * 1.0001 + A.sin(acc) * float(i % 3)
+            return acc
+        return A.map(lam, a)
+
+    p = trace(g, V1)
+    q = simplify(p)
+    typecheck(q)
+    np.testing.assert_array_equal(evaluate(q, [np.arange(3.0)]), evaluate(p, [np.arange(3.0)]))
+
+
+def test_deep_nested_expression_after_inlining():
+    a = avar(V1)
+    x = var(F)
+    body, binds = x, []
+    for k in range(4000):  # single-use lets: inlined into a 4000-deep tree
+        v = var(F, "v")
+        binds.append((v, P("add", body, f64(float(k % 3 + 1)))))
+        body = v
+    e = body
+    for v, b in reversed(binds):
+        e = Let(v, b, e)
+    p = Program((a,), Map(Lam((x,), e), a))
+    q = simplify(p)
+    typecheck(q)
+    same_values(evaluate(q, [np.arange(3.0)]), evaluate(p, [np.arange(3.0)]))
+
+
+def test_round_time_on_ten_thousand_nodes():
+    def f(a, b):
+        xs = [A.map(lambda v, i=i: A.sin(v) * float(i) + 1.0, a) for i in range(250)]
+        tot = b
+        for x in xs:
+            tot = A.zip_with(lambda p, q: p * 0.5 + q * 1.0, tot, x)
+        return A.sum(tot)
+
+    p = trace(f, V1, V1)
+    assert count_nodes(p) > 9000
+    S.simplify(p, max_rounds=1)  # warm up
+    t0 = time.process_time()  # CPU time: robust to a loaded machine
+    S.simplify(p, max_rounds=1)
+    assert time.process_time() - t0 < 1.0
+    check(p, [np.arange(3.0), np.ones(3)])
+
+
+def test_idempotent_and_stable_names():
+    def f(a):
+        x = A.map(lambda v: v * 2.0, a)
+        y = A.map(lambda v: v * 2.0, a)
+        return A.sum(A.zip_with(lambda p, q: p + q * 1.0, x, A.map(A.exp, y)))
+
+    q = simplify(trace(f, V1))
+    r = simplify(q)
+    assert r == q and show_program(r) == show_program(q)
+
+
+def test_uniquify_duplicate_binders():
+    # the same lambda object (same parameter names) used twice, and shadowing lets
+    a = avar(V1)
+    lam = lam1(F, lambda x: P("mul", x, f64(3.0)))
+    m = Map(lam, a)
+    x, y = var(F), var(F, "y")
+    shadow = Lam((x,), Let(y, P("exp", x), Let(y, P("add", y, y), P("mul", y, x))))
+    p = Program((a,), ZipWith(add_lam(), Map(shadow, m), Map(shadow, Map(lam, m))))
+    u = S.uniquify(p)
+    names = [b.name for n in walk(u) for b in (
+        (n.var,) if isinstance(n, (Let, Alet)) else n.params if isinstance(n, Lam) else ())]
+    assert len(names) == len(set(names))
+    same_values(evaluate(u, [np.arange(3.0)]), evaluate(p, [np.arange(3.0)]))
+    check(p, [np.arange(3.0)])
+
+
+def test_differentiated_program_if_available():
+    ad = pytest.importorskip("accel.ad.api")
+    try:
+        def f(a, b):
+            x = A.map(lambda v: A.sin(v) * 2.0 + 1.0, a)
+            y = A.zip_with(lambda p, q: p * q, x, b)
+            z = A.generate((3,), lambda i: y[i[0]] * x[i[0] + 1])
+            return A.sum(z)
+
+        g, _ = ad.gradient_program(trace(f, V1, V1), None)
+    except Exception as ex:  # the AD is developed elsewhere
+        pytest.skip(f"differentiation unavailable: {ex}")
+    args = [np.linspace(-1, 1, 5), np.arange(5.0)]
+    q = check(g, args, adjoint_zeros=True)
+    assert count_nodes(q) < count_nodes(g)
+    check(g, args)
+
+
+# --------------------------------------------------------------------------- random programs
+
+
+_CONSTS = [0.0, -0.0, 1.0, -1.0, 2.0, 0.5, np.nan, np.inf]
+
+
+def _exp(draw, depth, scope, arrays):
+    """A random float expression over the variables ``scope``."""
+    choices = ["var", "const"] if depth <= 0 else [
+        "var", "const", "bin", "bin", "un", "cond", "let", "tuple", "index", "dup", "while"]
+    kind = draw(st.sampled_from(choices))
+    if kind == "var" and scope:
+        return draw(st.sampled_from(scope))
+    if kind in ("var", "const"):
+        return f64(draw(st.sampled_from(_CONSTS)))
+    if kind == "bin":
+        op = draw(st.sampled_from(["add", "sub", "mul", "div", "max", "min"]))
+        return P(op, _exp(draw, depth - 1, scope, arrays), _exp(draw, depth - 1, scope, arrays))
+    if kind == "un":
+        op = draw(st.sampled_from(["neg", "sin", "exp", "abs", "to_float64"]))
+        return P(op, _exp(draw, depth - 1, scope, arrays))
+    if kind == "cond":
+        c = P(draw(st.sampled_from(["lt", "gt", "eq"])), _exp(draw, depth - 1, scope, arrays),
+              _exp(draw, depth - 1, scope, arrays))
+        return Cond(c, _exp(draw, depth - 1, scope, arrays),
+                    _exp(draw, depth - 1, scope, arrays))
+    if kind == "let":
+        v = var(F, "l")
+        b = _exp(draw, depth - 1, scope, arrays)
+        return Let(v, b, _exp(draw, depth - 1, scope + [v], arrays))
+    if kind == "tuple":
+        items = (_exp(draw, depth - 1, scope, arrays), _exp(draw, depth - 1, scope, arrays))
+        return Prj(draw(st.integers(0, 1)), Tuple(items))
+    if kind == "index" and arrays:
+        # a guarded index: only in bounds when the guard holds
+        arr = draw(st.sampled_from(arrays))
+        k = var(I64, "k")
+        ix = P("to_int64", P("abs", _exp(draw, depth - 1, scope, arrays)))
+        inb = P("and", P("le", i64(0), k), P("lt", k, Prj(0, Shape(arr))))
+        return Let(k, ix, Cond(inb, Index(arr, Tuple((k,))), f64(-3.0)))
+    if kind == "while":  # (counter, value) state, at most three rounds
+        t = TupleT((I64, F))
+        s1, s2 = var(t, "s"), var(t, "s")
+        cond = Lam((s1,), P("lt", Prj(0, s1), i64(draw(st.integers(0, 3)))))
+        step = _exp(draw, depth - 1, scope + [Prj(1, s2)], arrays)
+        body = Lam((s2,), Tuple((P("add", Prj(0, s2), i64(1)), step)))
+        return Prj(1, While(cond, body, Tuple((i64(0), _exp(draw, depth - 1, scope, arrays)))))
+    e = _exp(draw, depth - 1, scope, arrays)  # "dup": the same term twice (CSE)
+    return P("add", e, e)
+
+
+def _array_step(draw, kind, src, arrays, binds):
+    """One random rank-1 float array term over ``arrays`` (may add bindings)."""
+    vec = shape_type(1)
+    if kind in ("map", "dupmap"):
+        x = var(F)
+        term = Map(Lam((x,), _exp(draw, 3, [x], arrays)), src)
+        if kind == "dupmap":  # the same map object twice: duplicate binder names
+            term = ZipWith(add_lam(), term, term)
+        return term
+    if kind == "zip":
+        x, y = var(F), var(F)
+        other = draw(st.sampled_from(arrays))
+        return ZipWith(Lam((x, y), _exp(draw, 3, [x, y], arrays)), src, other)
+    if kind == "gen":
+        i = var(vec, "i")
+        return Generate(Shape(src), Lam((i,), P("add", _exp(draw, 3, [], arrays),
+                                                  Index(src, i))))
+    if kind == "zero":
+        return ZipWith(add_lam(), src, zeros_like(src))
+    if kind == "fold":
+        s = Fold(add_lam(), f64(0.0), src)
+        sv = avar(s.type, "s")
+        binds.append((sv, s))
+        i = var(vec, "i")
+        return Generate(Shape(src), Lam((i,), P("mul", Index(src, i), Index(sv, Tuple(())))))
+    if kind == "acond":
+        other = draw(st.sampled_from(arrays))
+        c = P("gt", _exp(draw, 2, [], arrays), f64(0.0))
+        return Acond(c, src, Map(lam1(F, lambda v: P("sin", v)), other))
+    if kind == "bperm":  # reverse
+        i = var(vec, "i")
+        n = Prj(0, Shape(src))
+        return Backpermute(Shape(src), Lam((i,), Tuple((P("sub", P("sub", n, i64(1)),
+                                                             Prj(0, i)),))), src)
+    if kind == "scan":
+        z = draw(st.sampled_from([None, f64(0.0), f64(-0.0)]))
+        return Scan(add_lam(), z, src, draw(st.booleans()))
+    if kind == "repfold":  # replicate then sum back: the same shape
+        return Fold(add_lam(), f64(-0.0), Replicate((None, i64(2)), src))
+    if kind == "slice":
+        return Slice(Replicate((i64(2), None), src), (i64(1), None))
+    if kind == "reshape":
+        return Reshape(Tuple((Prj(0, Shape(src)),)), src)
+    if kind == "permute":
+        i = var(vec, "i")
+        keep = P("gt", Index(src, i), f64(0.0))
+        f = Lam((i,), Tuple((keep, Tuple((P("floordiv", Prj(0, i), i64(2)),)))))
+        return Permute(add_lam(), zeros_like(src), f, Map(lam1(F, lambda v: P("exp", v)), src))
+    if kind == "awhile":  # (counter, array) state, three rounds of a map
+        other = draw(st.sampled_from(arrays))
+        st_t = ATuple((Unit(i64(0)), other)).type
+        s1, s2 = Avar(fresh("w"), st_t), Avar(fresh("w"), st_t)
+        c1 = avar(ArrayT(I64, 0), "c")
+        cond = ALam(s1, Alet(c1, APrj(0, s1), Unit(P("lt", Index(c1, Tuple(())), i64(3)))))
+        c2, arr = avar(ArrayT(I64, 0), "c"), avar(V1, "v")
+        step = Map(lam1(F, lambda v: P("add", P("mul", v, f64(0.5)), f64(1.0))), arr)
+        body = ALam(s2, Alet(c2, APrj(0, s2), Alet(arr, APrj(1, s2), ATuple((
+            Unit(P("add", Index(c2, Tuple(())), i64(1))), step)))))
+        loop = Awhile(cond, body, ATuple((Unit(i64(0)), ZipWith(add_lam(), src, other))))
+        return APrj(1, loop)
+    # "acondtup": an acond of tuples, one component used
+    other = draw(st.sampled_from(arrays))
+    c = P("lt", _exp(draw, 2, [], arrays), f64(1.0))
+    k = Acond(c, ATuple((Map(lam1(F, lambda v: P("exp", v)), src), other)),
+              ATuple((other, Map(lam1(F, lambda v: P("cos", v)), src))))
+    r = Avar(fresh("t"), k.type)
+    binds.append((r, k))
+    return ZipWith(add_lam(), APrj(draw(st.integers(0, 1)), r), src)
+
+
+_KINDS = ["map", "zip", "gen", "zero", "acond", "fold", "dupmap", "bperm", "scan", "repfold",
+          "slice", "reshape", "permute", "awhile", "acondtup"]
+
+
+@st.composite
+def programs(draw):
+    a, b = avar(V1, "p"), avar(V1, "q")
+    arrays, binds = [a, b], []
+    for _ in range(draw(st.integers(1, 5))):
+        kind = draw(st.sampled_from(_KINDS))
+        term = _array_step(draw, kind, draw(st.sampled_from(arrays)), arrays, binds)
+        v = avar(V1, "r")
+        binds.append((v, term))
+        arrays.append(v)
+    out = ATuple((arrays[-1], draw(st.sampled_from(arrays))))
+    for v, t in reversed(binds):
+        out = Alet(v, t, out)
+    return Program((a, b), out)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(), st.integers(0, 4),
+       st.lists(st.sampled_from(_CONSTS + [3.0, -2.0]), min_size=8, max_size=8))
+def test_random_programs_unchanged(p, n, vals):
+    args = [np.array(vals[:n]), np.array(vals[4:4 + n])]
+    check(p, args)
+    for ps in (S.cse, S.inline_lets, S.eliminate_dead_code, S.fold_constants,
+               S.project_tuples, S.eliminate_zeros, S.anf):
+        q = ps(S.uniquify(p))
+        typecheck(q)
+        same_values(evaluate(q, args), evaluate(p, args))
+    check(p, args, adjoint_zeros=True)
