@@ -26,8 +26,14 @@ from .frontend import arg_type, located, trace_program
 #: program; one with only ``prepare`` consumes the AST (the reference interpreter).
 BACKENDS = {"interpreter": "backends.interpreter", "fused": "backends.fused"}
 
-#: Optimisation passes run on every traced program, in order (name, function).
-PASSES: list = []
+def _simplify(prog):
+    from .fusion.simplify import simplify
+    return simplify(prog)
+
+
+#: Optimisation passes run on every traced program, in order (name, function).  Fusion
+#: runs after them, inside the kernel backends' ``prepare``.
+PASSES: list = [("simplify", _simplify)]
 
 
 def optimise(prog: N.Program, timings: dict | None = None) -> N.Program:

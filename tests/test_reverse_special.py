@@ -94,13 +94,9 @@ def test_not_differentiable_errors_say_what_was_asked():
     with pytest.raises(A.NotDifferentiableError, match="permute.*x.* - "):
         run(A.gradientA(lambda a: A.sum_all(A.permute(
             lambda p, q: p - q, A.fill((2,), 0.0), lambda i: i % 2, a))), x)
-    with pytest.raises(A.NotDifferentiableError, match="awhile"):
-        run(A.gradientA(lambda a: A.the(A.sum(A.awhile(
-            lambda s: A.unit(A.the(A.sum(s)) < 100.0), lambda s: A.map(lambda v: v * 2, s),
-            a)))), x + 1)
-    with pytest.raises(A.NotDifferentiableError, match="while_"):
+    with pytest.raises(A.NotDifferentiableError, match="while_.*indexes arrays"):
         run(A.gradientA(lambda a: A.sum_all(A.map(lambda v: A.while_(
-            lambda s: s < 10.0, lambda s: s * 2.0, v), a))), x + 1)
+            lambda s: s < 10.0, lambda s: s * 2.0 + a[0], v), a))), x + 1)
 
 
 def test_integer_programs_parts_carry_no_derivative():

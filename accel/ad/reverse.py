@@ -137,13 +137,14 @@ class ARev:
         small = [a for a, ex in vs if not ex]
         if small:
             ix = N.Var(N.fresh("i"), shape_type(t.rank))
-            body = N.Index(acc, ix) if acc is not None else zero(t.elt)
+            body = N.Index(acc, ix) if acc is not None else None
             for a in small:
                 inb = N.Const(True, bool_)
                 for d in range(t.rank):
                     lt = N.PrimApp("lt", (N.Prj(d, ix), N.Prj(d, N.Shape(a))))
                     inb = lt if d == 0 else N.PrimApp("and", (inb, lt))
-                body = add_exp(body, N.Cond(inb, N.Index(a, ix), zero(t.elt)), t.elt)
+                term = N.Cond(inb, N.Index(a, ix), zero(t.elt))
+                body = term if body is None else add_exp(body, term, t.elt)
             acc = self.emit(N.Generate(N.Shape(v), N.Lam((ix,), body)))
         return acc
 
