@@ -66,7 +66,7 @@ def _floordiv(x, y):
     if x.dtype.kind in "iu":
         safe = np.where(y == 0, 1, y)
         return np.where(y == 0, 0, np.floor_divide(x, safe)).astype(x.dtype)
-    return np.floor(x / y)
+    return np.floor_divide(x, y)  # exact, like Python's // (not floor(x / y)): 5 // 0.001 == 4999
 
 
 def _mod(x, y):
