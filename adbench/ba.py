@@ -181,16 +181,20 @@ def jacobian(cams, pts, ws, feats, obs):
     return rows, A.map(lambda cv: cv[0], colsvals), A.map(lambda cv: cv[1], colsvals)
 
 
-def csr_structure(n: int, m: int, p: int):
-    """The expected ``(rows, cols)`` of the CSR Jacobian (NumPy, for checking)."""
+def csr_structure(n: int, m: int, p: int, obs=None):
+    """The expected ``(rows, cols)`` of the CSR Jacobian (NumPy); ``obs`` defaults to
+    ADBench's rule (observation i uses camera i mod n and point i mod m)."""
+    i = np.arange(p, dtype=np.int64)
+    cam, pt = (i % n, i % m) if obs is None else (obs[:, 0], obs[:, 1])
     rows = np.concatenate([BLOCK * np.arange(2 * p + 1, dtype=np.int64),
                            2 * BLOCK * p + np.arange(1, p + 1, dtype=np.int64)])
-    i = np.arange(p, dtype=np.int64)
-    cam, pt = i % n, i % m
-    row = np.concatenate([N_CAM * cam[:, None] + np.arange(N_CAM),
-                          N_CAM * n + 3 * pt[:, None] + np.arange(3),
-                          (N_CAM * n + 3 * m + i)[:, None]], axis=1)   # (p, 15)
-    cols = np.concatenate([np.repeat(row, 2, axis=0).ravel(), N_CAM * n + 3 * m + i])
+    row = np.empty((p, BLOCK), dtype=np.int64)
+    row[:, :N_CAM] = N_CAM * cam[:, None] + np.arange(N_CAM)
+    row[:, N_CAM:N_CAM + 3] = N_CAM * n + 3 * pt[:, None] + np.arange(3)
+    row[:, N_CAM + 3] = N_CAM * n + 3 * m + i
+    cols = np.empty(2 * BLOCK * p + p, dtype=np.int64)
+    cols[:2 * BLOCK * p].reshape(p, 2, BLOCK)[:] = row[:, None, :]
+    cols[2 * BLOCK * p:] = N_CAM * n + 3 * m + i
     return rows, cols
 
 
@@ -279,9 +283,9 @@ class _PlainOps:
 
 
 def _gather(cams, pts, ws, feats, obs):
-    c = cams[obs[:, 0]].T     # (11, p)
-    x = pts[obs[:, 1]].T      # (3, p)
-    return c, x, ws, feats.T
+    c = np.ascontiguousarray(cams[obs[:, 0]].T)     # (11, p)
+    x = np.ascontiguousarray(pts[obs[:, 1]].T)      # (3, p)
+    return c, x, ws, np.ascontiguousarray(feats.T)
 
 
 def numpy_residuals(cams, pts, ws, feats, obs):
@@ -291,7 +295,7 @@ def numpy_residuals(cams, pts, ws, feats, obs):
     return np.stack([e0, e1], axis=1), 1.0 - ws * ws
 
 
-def numpy_blocks(cams, pts, ws, feats, obs, chunk: int = 1 << 16):
+def numpy_blocks(cams, pts, ws, feats, obs, chunk: int = 4096):
     """``(blocks (p, 2, 15), dwerr (p,))``: forward mode with 15 tangents per observation."""
     p = ws.shape[0]
     out = np.empty((p, 2, BLOCK))
@@ -311,12 +315,7 @@ def numpy_jacobian(cams, pts, ws, feats, obs) -> BASparseJacobian:
     """The CSR Jacobian assembled from :func:`numpy_blocks`."""
     n, m, p = cams.shape[0], pts.shape[0], ws.shape[0]
     blk, dw = numpy_blocks(cams, pts, ws, feats, obs)
-    rows, _ = csr_structure(n, m, p)
-    i = np.arange(p, dtype=np.int64)
-    row = np.concatenate([N_CAM * obs[:, :1] + np.arange(N_CAM),
-                          N_CAM * n + 3 * obs[:, 1:2] + np.arange(3),
-                          (N_CAM * n + 3 * m + i)[:, None]], axis=1)
-    cols = np.concatenate([np.repeat(row, 2, axis=0).ravel(), N_CAM * n + 3 * m + i])
+    rows, cols = csr_structure(n, m, p, obs)
     vals = np.concatenate([blk.ravel(), dw])
     return BASparseJacobian(3 * p, N_CAM * n + 3 * m + p, rows, cols, vals)
 
