@@ -219,6 +219,9 @@ CASES = {
                            [("f", ("m",)), ("f", ("n",)), ("i", ("n",), "m")]),
     "permute_max": (lambda d, x, idx: A.permute(A.max, d, lambda i: idx[i], x),
                     [("f", ("m",)), ("f", ("n",)), ("i", ("n",), "m")]),
+    "permute_mul": (lambda d, x, idx: A.permute(lambda a, b: a * b, d, lambda i: idx[i],
+                                                A.map(lambda v: v * 0.5 + 1.0, x)),
+                    [("f", ("m",)), ("f", ("n",)), ("i", ("n",), "m")]),
     "permute_min_2d": (lambda d, x, idx: A.permute(A.min, d, lambda ix: (idx[ix[0]], ix[1]), x),
                        [("f", ("m", 2)), ("f", ("n", 2)), ("i", ("n",), "m")]),
     "backpermute": (lambda x: A.map(A.exp, A.backpermute((x.shape[0],),
@@ -519,8 +522,10 @@ def test_tangent_errors(backend):
         jvp(f, (x,), (np.zeros(3, np.float32),), backend=backend)
     with pytest.raises(A.ProgramTypeError):
         jvp(f, (x,), (), backend=backend)
-    with pytest.raises(A.ProgramTypeError, match="parameter 0"):
+    with pytest.raises(A.ShapeError, match="parameter 0"):
         A.run(lambda x, t: jvp(f, (x,), (t,))[1], x, np.zeros((3, 1)), backend=backend)
+    with pytest.raises(A.ProgramTypeError, match="parameter 0"):
+        A.run(lambda x, t: jvp(f, (x,), (t,))[1], x, np.zeros(3, np.float32), backend=backend)
 
 
 def test_permute_other_combination_not_differentiable(backend):
