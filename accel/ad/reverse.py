@@ -301,17 +301,33 @@ class ARev:
         if kind == "add" and (op.z is None or isinstance(op.z, N.Const)):
             return self.contribute(a, bcast)
         scalar = isinstance(elt, Scalar) and elt.is_float
-        if kind in ("max", "min") and op.z is None and scalar:
+        if kind in ("max", "min") and scalar:
+            # every element equal to the result (the seed z too) gets an equal share
             j = N.Var(N.fresh("i"), shape_type(r))
             hit = lam1(shape_type(r), lambda i: N.Cond(
                 N.PrimApp("eq", (N.Index(a, i), N.Index(y, init_ix(i, r)))),
                 N.Const(1, elt), N.Const(0, elt)))
             hits = self.emit(N.Generate(N.Shape(a), hit))
-            cnt = self.emit(N.Fold(add_lam(elt), N.Const(0, elt), hits))
+            zhit = None
+            if op.z is not None:
+                zv = N.Var(N.fresh("z"), elt)
+                zhit = lam1(shape_type(r - 1), lambda k: N.Let(zv, freshen(op.z), N.Cond(
+                    N.PrimApp("eq", (zv, N.Index(y, k))), N.Const(1, elt), N.Const(0, elt))))
+                start = self.emit(N.Generate(N.Shape(y), zhit))
+                cnt = self.emit(N.ZipWith(add_lam(elt), start, self.emit(
+                    N.Fold(add_lam(elt), N.Const(0, elt), hits))))
+            else:
+                cnt = self.emit(N.Fold(add_lam(elt), N.Const(0, elt), hits))
             o = init_ix(j, r)
             body = N.PrimApp("mul", (N.Index(hits, j), N.PrimApp(
                 "div", (N.Index(dy, o), N.Index(cnt, o)))))
-            return self.contribute(a, N.Generate(N.Shape(a), N.Lam((j,), body)))
+            self.contribute(a, N.Generate(N.Shape(a), N.Lam((j,), body)))
+            if op.z is not None and _indexes_active(op.z, self.active):
+                k = N.Var(N.fresh("i"), shape_type(r - 1))
+                zrow = N.Generate(N.Shape(y), N.Lam((k,), N.PrimApp("mul", (
+                    N.Index(start, k), N.PrimApp("div", (N.Index(dy, k), N.Index(cnt, k)))))))
+                self.closed_exp(op.z, self.sum_all(self.emit(zrow)))
+            return
         # any other operator: the accumulators come from a scan, then the recurrence rule
         accs = self.emit(N.Scan(freshen(op.f), freshen(op.z) if op.z is not None else None,
                                 a, True))
