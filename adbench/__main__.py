@@ -26,8 +26,10 @@ from . import io as _io
 
 PACKAGE_DATA = _check.PACKAGE_DATA
 
+# The shipped 2.5M replicate-point file (gmm/2.5M/gmm_d2_K5.txt) is left out of the
+# default set: it takes minutes on the NumPy-evaluated backends; name it to check it.
 DEFAULT_GMM = [os.path.join(PACKAGE_DATA, "gmm", p) for p in
-               ("test.txt", "1k/gmm_d2_K5.txt", "1k/gmm_d10_K5.txt", "2.5M/gmm_d2_K5.txt")]
+               ("test.txt", "1k/gmm_d2_K5.txt", "1k/gmm_d10_K5.txt")]
 DEFAULT_BA = [os.path.join(PACKAGE_DATA, "ba", p) for p in
               ("test.txt", "ba1_n49_m7776_p31843.txt")]
 

@@ -246,16 +246,18 @@ def numpy_gradient(alphas, means, icf, x, gamma, m, n=None):
 class GMMRunner:
     """Objective and gradient of GMM instances on an accel backend, chunked over points.
 
-    ``chunk`` bounds the number of points per program run (``None``: chosen from
-    ``N*K*D*D``); both programs are compiled once per backend and reused for every
-    chunk and every file of the same ranks.
+    ``chunk`` bounds the number of points per program run (``None``: about ``budget``
+    elements of the (points, K, D, D) iteration space per run; the default budget is
+    small for the NumPy-evaluated backends, whose temporaries are whole arrays, and
+    large for ``cpu``).  Both programs are compiled once per backend and reused for
+    every chunk and every file of the same ranks.
     """
 
     def __init__(self, backend: str = "fused", chunk: int | None = None,
-                 budget: int = 1 << 24):
+                 budget: int | None = None):
         self.backend = backend
         self.chunk = chunk
-        self.budget = budget
+        self.budget = budget or (1 << 22 if backend in ("cpu", "cuda") else 1 << 17)
         self.f = A.compile(objective, backend=backend)
         self.vg = A.compile(value_and_gradient, backend=backend)
 
