@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from accel import AccelError
+from accel import AccelError, BackendError
 
 from . import check as _check
 from . import io as _io
@@ -156,7 +156,10 @@ def run_ba(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     default_out = os.path.join(tempfile.gettempdir(), "adbench_out")
-    p = argparse.ArgumentParser(prog="python -m adbench", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m adbench",
+        description="ADBench's GMM and BA tasks in accel: objectives, gradients and sparse "
+                    "Jacobians, checks against golden references, and benchmarks.")
     sub = p.add_subparsers(dest="command", required=True)
     for name, what in (("gmm", "GMM objective and gradient"),
                        ("ba", "BA residuals and sparse Jacobian")):
@@ -182,12 +185,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "gmm":
-        return run_gmm(args)
-    if args.command == "ba":
-        return run_ba(args)
-    from .bench import run_bench
-    return run_bench(args)
+    try:
+        if args.command == "gmm":
+            return run_gmm(args)
+        if args.command == "ba":
+            return run_ba(args)
+        from .bench import run_bench
+        return run_bench(args)
+    except BackendError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

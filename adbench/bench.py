@@ -368,16 +368,22 @@ def run_bench(args) -> int:
         bar = tqdm(total=len(files), unit="file", leave=False, disable=None, file=sys.stderr)
     except ImportError:  # pragma: no cover
         bar = None
+    errors = 0
     for path in files:
-        kind = kind_of(path)
-        if kind == "gmm":
-            inp = _io.read_gmm(path)
-            tools = _gmm_tools(inp, names, backends)
-            nind = inp.n_independents
-        else:
-            inp = _io.read_ba(path)
-            tools = _ba_tools(inp, names, backends)
-            nind = inp.shape[1]
+        try:
+            kind = kind_of(path)
+            if kind == "gmm":
+                inp = _io.read_gmm(path)
+                tools = _gmm_tools(inp, names, backends)
+                nind = inp.n_independents
+            else:
+                inp = _io.read_ba(path)
+                tools = _ba_tools(inp, names, backends)
+                nind = inp.shape[1]
+        except ValueError as e:          # InputFormatError is a ValueError too
+            print(f"ERROR {path}: {e}")
+            errors += 1
+            continue
         label = os.path.relpath(os.path.abspath(path),
                                 os.path.dirname(os.path.dirname(os.path.abspath(path))))
         ref = {}
@@ -428,7 +434,7 @@ def run_bench(args) -> int:
     for r in bad:
         print(f"WARNING {r['file']} {r['tool']} {r['what']}: metric vs numpy "
               f"{r['max_metric_vs_numpy']:.1e} > 1e-8")
-    return 1 if bad else 0
+    return 1 if bad or errors else 0
 
 
 def print_ratios(rows):

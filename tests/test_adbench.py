@@ -377,3 +377,18 @@ def test_cli_check_fails_without_reference_and_on_bad_input(tmp_path):
     assert r.returncode == 1
     assert "FAIL" in r.stdout and "no reference" in r.stdout
     assert "ERROR" in r.stdout and "broken.txt:1" in r.stdout
+
+
+def test_cli_bench_writes_csv(tmp_path):
+    files = [gmm_file("test.txt"), os.path.join(DATA, "ba", "test.txt")]
+    r = _cli("bench", "--files", *files, "--tools", "accel,numpy", "--backend", "fused",
+             "--max-runs", "2", "--max-seconds", "0.5", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    import csv
+    rows = list(csv.DictReader(open(tmp_path / "bench.csv")))
+    got = {(x["task"], x["tool"], x["what"]) for x in rows}
+    assert got == {(t, tool, w) for t, ws in (("gmm", ("objective", "gradient")),
+                                              ("ba", ("objective", "jacobian")))
+                   for tool in ("accel-fused", "numpy") for w in ws}
+    assert all(float(x["max_metric_vs_numpy"]) <= TOL for x in rows)
+    assert "time / numpy time" in r.stdout
