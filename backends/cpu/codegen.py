@@ -1,0 +1,913 @@
+"""Code generation: a ``KernelProgram``'s loop steps as the source of a numba module.
+
+Every loop step (``KGenerate``, ``KFold``, ``KScan``, ``KPermute``) becomes one
+``@numba.njit(parallel=True, error_model="numpy", fastmath=False, cache=True)``
+function.  Its arguments are, in order: the output leaf buffers, the leaf buffers of
+every array the step reads (struct of arrays: one flat, C-contiguous 1-D buffer per
+scalar leaf of the element type), ``shp`` (an int64 array of every size the
+kernel needs: loop counts, output dimensions, input dimensions and a mode switch, as
+described by the step's ``layout``) and ``err`` (an int64 array where bounds checks
+record a failure).  Kernels return nothing.
+
+Scalar expressions are scalarised: a value is a nested tuple of *atoms* (Python
+expressions that are a variable name or a constant) mirroring its element type.
+``Let`` binds names to atoms, ``Cond`` becomes ``if``/``else`` assigning result
+variables (only the taken branch runs), ``While`` a ``while True`` loop over state
+variables.  Every primitive result is cast to its accel type (numba promotes int32
+arithmetic to int64, and so on), and every assignment to a variable that is assigned
+more than once goes through a cast, so that numba never aliases a mutable variable
+to a ``prange`` index.
+
+The generated text depends only on the structure of the program (variable names of
+the AST never appear in it), so the same program traced twice, in two processes,
+gives the same module and the same cache entries.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from accel.ast import nodes as N
+from accel.ast.types import ArrayT, Scalar, TupleT, leaves
+from accel.errors import BackendError
+from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
+                                  KUse)
+
+# Runtime policy constants.  They are part of the semantics only through floating-point
+# reassociation, so they are fixed numbers (never the thread count): results are
+# reproducible across machines.
+FOLD_CHUNKS = 64  # chunks of a long fold (two-level reduction)
+FOLD_CHUNK_MIN_N = 4096  # inner length from which a fold with few rows is chunked
+FOLD_CHUNK_MAX_ROWS = 64  # ... "few rows"
+SCAN_CHUNKS = 64  # chunks of a long single-row scan (three phases)
+SCAN_CHUNK_MIN_N = 16384
+PERMUTE_CHUNKS = 16  # private buffers of the parallel scatter
+PERMUTE_PAR_MIN_SRC = 16384  # smaller sources scatter serially
+PERMUTE_PAR_MAX_PRIV = 1 << 24  # elements of private buffers at most
+ERR_SIZE = 16  # err[0] = failing site (1-based), err[1:] = its index
+
+DECORATOR = ('@nb.njit(parallel=True, error_model="numpy", fastmath=False, cache=True, '
+             'nogil=True)')
+
+HEADER = '''"""accel CPU kernels (generated; do not edit: the file name is its content hash)."""
+import math  # noqa: F401
+
+import numba as nb
+import numpy as np
+from numba import prange  # noqa: F401
+'''
+
+_CAST = {"float64": "np.float64", "float32": "np.float32", "int64": "np.int64",
+         "int32": "np.int32", "bool": "np.bool_"}
+_NP_UNARY = {"sin": "np.sin", "cos": "np.cos", "tan": "np.tan", "asin": "np.arcsin",
+             "acos": "np.arccos", "atan": "np.arctan", "sinh": "np.sinh", "cosh": "np.cosh",
+             "tanh": "np.tanh", "exp": "np.exp", "expm1": "np.expm1", "log": "np.log",
+             "log1p": "np.log1p", "sqrt": "np.sqrt", "floor": "np.floor", "ceil": "np.ceil",
+             "round": "np.rint", "truncate": "np.trunc"}
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+          "eq": "==", "ne": "!=", "and": "&", "or": "|", "xor": "^"}
+
+#: Combination functions the parallel scatter handles, with their identity elements.
+FAST_COMBS = ("add", "mul", "max", "min")
+
+
+def cast(t: Scalar, atom: str) -> str:
+    return f"{_CAST[t.name]}({atom})"
+
+
+def const_atom(value, t: Scalar) -> str:
+    """A Python expression for the constant ``value`` of type ``t``."""
+    if t.is_bool:
+        return "True" if value else "False"
+    if t.is_int:
+        v = int(value)
+        if v == -(1 << 63):
+            return "np.int64(-9223372036854775807 - 1)"
+        return cast(t, repr(v)) if t.name == "int32" else repr(v)
+    v = float(value)
+    if math.isnan(v):
+        s = "np.nan"
+    elif math.isinf(v):
+        s = "np.inf" if v > 0 else "-np.inf"
+    else:
+        s = repr(v)
+    return cast(t, s) if t.name == "float32" or s.startswith(("np", "-np")) else s
+
+
+def identity_atom(op: str, t: Scalar) -> str:
+    """The identity of ``op`` on ``t`` (``-0.0`` for float ``+``: it keeps ``-0.0``)."""
+    if op == "add":
+        return const_atom(-0.0 if t.is_float else 0, t)
+    if op == "mul":
+        return const_atom(1, t)
+    if t.is_float:
+        return const_atom(-math.inf if op == "max" else math.inf, t)
+    bits = 32 if t.name == "int32" else 64
+    return const_atom(-(1 << (bits - 1)) if op == "max" else (1 << (bits - 1)) - 1, t)
+
+
+def fast_comb(lam: N.Lam):
+    """``'add'``/``'mul'``/``'max'``/``'min'`` if ``lam`` is ``\\x y -> op x y`` (either order)
+    on a float or int scalar, else None."""
+    if len(lam.params) != 2 or not isinstance(lam.type, Scalar) or not lam.type.is_num:
+        return None
+    b = lam.body
+    if not (isinstance(b, N.PrimApp) and b.op in FAST_COMBS):
+        return None
+    if not all(isinstance(a, N.Var) for a in b.args):
+        return None
+    p, q = (x.name for x in lam.params)
+    if p != q and {a.name for a in b.args} == {p, q}:
+        return b.op
+    return None
+
+
+# --------------------------------------------------------------------------- values
+
+
+def flat(v) -> list:
+    """The atoms of a value, left to right."""
+    if isinstance(v, tuple):
+        return [a for x in v for a in flat(x)]
+    return [v]
+
+
+def rebuild(t, atoms):
+    """A value of element type ``t`` from an iterator of atoms."""
+    if isinstance(t, TupleT):
+        return tuple(rebuild(x, atoms) for x in t.items)
+    return next(atoms)
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+@dataclass
+class Site:
+    """A bounds-checked access: what it is and where to find the shape for the message."""
+
+    what: str  # "index into array x" / "permute (target index)"
+    avar: N.Avar | None  # the array (None: the permute's output)
+    rank: int
+
+
+@dataclass
+class KernelPlan:
+    """What the host needs to call one generated kernel."""
+
+    step: object
+    fn: str  # function name in the module
+    inputs: list  # the Avars whose leaf buffers follow the outputs, in order
+    layout: list  # what goes into shp, in order (see Runner._slots)
+    sites: list  # Site per 1-based id recorded in err[0]
+    fast: str | None = None  # the permute's recognised combination
+    chunked: bool = False  # fold/scan: the chunked path exists
+
+
+@dataclass
+class ArgArray:
+    avar: N.Avar
+    leaves: list  # buffer argument names
+    dims: list  # atoms of the dimensions
+
+
+class KernelGen:
+    """Builds one kernel function: arguments, a prologue reading ``shp``, and a body."""
+
+    def __init__(self, check_bounds: bool):
+        self.check = check_bounds
+        self.lines: list = []
+        self.ind = 1
+        self.count = 0
+        self.env: dict = {}  # Var name -> value
+        self.arrays: dict = {}  # Avar name -> ArgArray
+        self.array_order: list = []
+        self.slots: dict = {}  # layout key -> atom
+        self.layout: list = []
+        self.sites: list = []
+
+    # ---- emission helpers
+
+    def fresh(self, prefix: str = "t") -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def emit(self, line: str) -> None:
+        if self.ind > 90:
+            raise BackendError("cpu backend: expression nesting too deep for generated code")
+        self.lines.append("    " * self.ind + line)
+
+    def assign(self, t: Scalar, expr: str, name: str | None = None) -> str:
+        """``name = cast(expr)``; a fresh name unless given."""
+        name = name or self.fresh()
+        self.emit(f"{name} = {cast(t, expr)}")
+        return name
+
+    def slot(self, key) -> str:
+        """The atom holding the host-provided size ``key`` (read from ``shp``)."""
+        a = self.slots.get(key)
+        if a is None:
+            a = self.slots[key] = f"s{len(self.layout)}"
+            self.layout.append(key)
+        return a
+
+    def array(self, avar: N.Avar) -> ArgArray:
+        a = self.arrays.get(avar.name)
+        if a is None:
+            j = len(self.array_order)
+            t = avar.type
+            if not isinstance(t, ArrayT):
+                raise BackendError(f"cpu backend: array {avar.name} of type {t!r} is read "
+                                   "inside a kernel")
+            lv = [f"a{j}_{k}" for k in range(len(leaves(t.elt)))]
+            dims = [self.slot(("in", j, d)) for d in range(t.rank)]
+            a = self.arrays[avar.name] = ArgArray(avar, lv, dims)
+            self.array_order.append(avar)
+        return a
+
+    # ---- scopes
+
+    def bind(self, var: N.Var, value) -> tuple:
+        old = (var.name, self.env.get(var.name, _MISSING))
+        self.env[var.name] = value
+        return old
+
+    def unbind(self, olds) -> None:
+        for name, v in reversed(olds):
+            if v is _MISSING:
+                self.env.pop(name, None)
+            else:
+                self.env[name] = v
+
+    def apply(self, lam: N.Lam, args) -> object:
+        olds = [self.bind(p, a) for p, a in zip(lam.params, args)]
+        try:
+            return self.exp(lam.body)
+        finally:
+            self.unbind(olds)
+
+    # ---- expressions
+
+    def exp(self, e: N.Exp):
+        m = getattr(self, "e_" + type(e).__name__, None)
+        if m is None:
+            raise BackendError(f"cpu backend: cannot compile expression node {type(e).__name__}")
+        return m(e)
+
+    def e_Const(self, e: N.Const):
+        return const_atom(e.value, e.ty)
+
+    def e_Var(self, e: N.Var):
+        try:
+            return self.env[e.name]
+        except KeyError:
+            raise BackendError(f"cpu backend: free scalar variable {e.name} in a kernel "
+                               "(kernels may only read manifest arrays)") from None
+
+    def e_Let(self, e: N.Let):
+        olds = []
+        try:
+            while isinstance(e, N.Let):
+                olds.append(self.bind(e.var, self.exp(e.bound)))
+                e = e.body
+            return self.exp(e)
+        finally:
+            self.unbind(olds)
+
+    def e_Tuple(self, e: N.Tuple):
+        return tuple(self.exp(i) for i in e.items)
+
+    def e_Prj(self, e: N.Prj):
+        return self.exp(e.tup)[e.index]
+
+    def e_Shape(self, e: N.Shape):
+        return tuple(self.array(e.array).dims)
+
+    def e_Index(self, e: N.Index):
+        arr = self.array(e.array)
+        ix = flat(self.exp(e.index))
+        elt = e.array.type.elt
+        return rebuild(elt, iter(self.read(arr, ix, elt)))
+
+    def offset(self, ix: list, dims: list) -> str:
+        if not ix:
+            return "0"
+        expr = ix[0]
+        for i, d in zip(ix[1:], dims[1:]):
+            expr = f"({expr}) * {d} + {i}"
+        if len(ix) == 1:
+            return expr
+        off = self.fresh("o")
+        self.emit(f"{off} = {expr}")
+        return off
+
+    def in_bounds(self, ix: list, dims: list) -> str:
+        return " & ".join(f"({i} >= 0) & ({i} < {d})" for i, d in zip(ix, dims))
+
+    def record(self, site: Site, ix: list) -> None:
+        self.sites.append(site)
+        self.emit(f"err[0] = {len(self.sites)}")
+        for k, i in enumerate(ix[:ERR_SIZE - 1]):
+            self.emit(f"err[{k + 1}] = {i}")
+
+    def read(self, arr: ArgArray, ix: list, elt) -> list:
+        """Atoms of the element of ``arr`` at index ``ix`` (checked if asked)."""
+        ts = leaves(elt)
+        if self.check and ix:
+            names = [self.fresh("v") for _ in ts]
+            self.emit(f"if {self.in_bounds(ix, arr.dims)}:")
+            self.ind += 1
+            off = self.offset(ix, arr.dims)
+            for n, b in zip(names, arr.leaves):
+                self.emit(f"{n} = {b}[{off}]")
+            if not ts:
+                self.emit("pass")
+            self.ind -= 1
+            self.emit("else:")
+            self.ind += 1
+            self.record(Site(f"index into array {arr.avar.name}", arr.avar, len(ix)), ix)
+            for n, t in zip(names, ts):
+                self.emit(f"{n} = {const_atom(0, t)}")
+            self.ind -= 1
+            return names
+        off = self.offset(ix, arr.dims)
+        out = []
+        for b in arr.leaves:
+            n = self.fresh("v")
+            self.emit(f"{n} = {b}[{off}]")
+            out.append(n)
+        return out
+
+    def e_Cond(self, e: N.Cond):
+        c = self.exp(e.c)
+        ts = leaves(e.type)
+        names = [self.fresh("c") for _ in ts]
+        self.emit(f"if {c}:")
+        self.branch(e.t, ts, names)
+        self.emit("else:")
+        self.branch(e.e, ts, names)
+        return rebuild(e.type, iter(names))
+
+    def branch(self, e, ts, names) -> None:
+        self.ind += 1
+        v = flat(self.exp(e))
+        for n, t, a in zip(names, ts, v):
+            self.assign(t, a, n)
+        if not ts:
+            self.emit("pass")
+        self.ind -= 1
+
+    def e_While(self, e: N.While):
+        ts = leaves(e.type)
+        init = flat(self.exp(e.init))
+        names = [self.fresh("w") for _ in ts]
+        for n, t, a in zip(names, ts, init):
+            self.assign(t, a, n)
+        state = rebuild(e.type, iter(names))
+        self.emit("while True:")
+        self.ind += 1
+        c = self.apply(e.cond, (state,))
+        self.emit(f"if not {c}:")
+        self.emit("    break")
+        nxt = flat(self.apply(e.body, (state,)))
+        tmp = []
+        for t, a in zip(ts, nxt):  # simultaneous update through temporaries
+            tmp.append(self.assign(t, a))
+        for n, a in zip(names, tmp):
+            self.emit(f"{n} = {a}")
+        self.ind -= 1
+        return state
+
+    def e_PrimApp(self, e: N.PrimApp):
+        args = [self.exp(a) for a in e.args]
+        ats = [a.type for a in e.args]
+        return self.prim(e.op, args, ats, e.type)
+
+    def prim(self, op: str, args: list, ats: list, rt: Scalar) -> str:
+        t0 = ats[0]
+        if op in _INFIX:
+            return self.assign(rt, f"{args[0]} {_INFIX[op]} {args[1]}")
+        if op == "div":
+            return self.assign(rt, f"{args[0]} / {args[1]}")
+        if op == "neg":
+            return self.assign(rt, f"-{args[0]}")
+        if op == "abs":
+            return self.assign(rt, f"abs({args[0]})")
+        if op in ("max", "min"):
+            x, y = args
+            cmp = ">=" if op == "max" else "<="
+            nan = f" or {x} != {x}" if t0.is_float else ""
+            return self.assign(rt, f"{x} if ({x} {cmp} {y}{nan}) else {y}")
+        if op == "not":
+            return self.assign(rt, f"not {args[0]}" if t0.is_bool else f"~{args[0]}")
+        if op in _NP_UNARY:
+            return self.assign(rt, f"{_NP_UNARY[op]}({args[0]})")
+        if op == "atan2":
+            return self.assign(rt, f"np.arctan2({args[0]}, {args[1]})")
+        if op == "floordiv":
+            return self.floordiv(args, rt) if t0.is_int else self.float_floordiv(args, rt)
+        if op == "mod":
+            return self.int_mod(args, rt) if t0.is_int else self.float_mod(args, rt)
+        if op == "pow":
+            return self.int_pow(args, rt) if t0.is_int else \
+                self.assign(rt, f"np.power({args[0]}, {args[1]})")
+        if op.startswith("to_"):
+            return self.convert(args[0], t0, rt)
+        raise BackendError(f"cpu backend: no code for primitive {op!r}")
+
+    def floordiv(self, args, rt) -> str:
+        x, y = args
+        r = self.fresh()
+        self.emit(f"if {y} == 0:")
+        self.emit(f"    {r} = {const_atom(0, rt)}")
+        self.emit(f"elif {y} == -1:")
+        self.emit(f"    {r} = {cast(rt, '-' + x)}")
+        self.emit("else:")
+        self.emit(f"    {r} = {cast(rt, f'{x} // {y}')}")
+        return r
+
+    def float_floordiv(self, args, rt) -> str:
+        # NumPy's npy_floor_divide (via npy_divmod): exact floor of the quotient, like
+        # Python's //, e.g. 5 // 0.001 == 4999 and 3.7 // -inf == -1.
+        x, y = args
+        r, m, d = self.fresh(), self.fresh("m"), self.fresh("d")
+        c = lambda e: cast(rt, e)  # noqa: E731
+        self.emit(f"if {y} == 0:")
+        self.emit(f"    {r} = {c(f'{x} / {y}')}")
+        self.emit("else:")
+        self.emit(f"    {m} = {c(f'np.fmod({x}, {y})')}")
+        self.emit(f"    {d} = {c(f'({x} - {m}) / {y}')}")
+        self.emit(f"    if {m} != 0 and (({y} < 0) != ({m} < 0)):")
+        self.emit(f"        {d} = {c(f'{d} - 1')}")
+        self.emit(f"    if {d} != 0:")
+        self.emit(f"        {r} = {c(f'np.floor({d})')}")
+        self.emit(f"        if {d} - {r} > 0.5:")
+        self.emit(f"            {r} = {c(f'{r} + 1')}")
+        self.emit("    else:")
+        self.emit(f"        {r} = {c(f'np.copysign({const_atom(0.0, rt)}, {x} / {y})')}")
+        return r
+
+    def int_mod(self, args, rt) -> str:
+        x, y = args
+        r = self.fresh()
+        self.emit(f"if {y} == 0 or {y} == -1:")
+        self.emit(f"    {r} = {const_atom(0, rt)}")
+        self.emit("else:")
+        self.emit(f"    {r} = {cast(rt, f'{x} % {y}')}")
+        return r
+
+    def float_mod(self, args, rt) -> str:
+        # NumPy's npy_divmod: fmod, then move the remainder to the divisor's sign.
+        x, y = args
+        m = self.fresh("m")
+        self.emit(f"{m} = {cast(rt, f'np.fmod({x}, {y})')}")
+        self.emit(f"if {y} != 0:")
+        self.emit(f"    if {m} != 0:")
+        self.emit(f"        if ({y} < 0) != ({m} < 0):")
+        self.emit(f"            {m} = {cast(rt, f'{m} + {y}')}")
+        self.emit("    else:")
+        self.emit(f"        {m} = {cast(rt, f'np.copysign({const_atom(0.0, rt)}, {y})')}")
+        return m
+
+    def int_pow(self, args, rt) -> str:
+        x, y = args
+        r, acc, b, e = self.fresh(), self.fresh("p"), self.fresh("p"), self.fresh("p")
+        self.emit(f"if {y} < 0:")
+        self.emit(f"    if {x} == 1:")
+        self.emit(f"        {r} = {const_atom(1, rt)}")
+        self.emit(f"    elif {x} == -1:")
+        self.emit(f"        {r} = {const_atom(1, rt)} if {y} % 2 == 0 else {const_atom(-1, rt)}")
+        self.emit("    else:")
+        self.emit(f"        {r} = {const_atom(0, rt)}")
+        self.emit("else:")
+        self.emit(f"    {acc} = np.int64(1)")
+        self.emit(f"    {b} = np.int64({x})")
+        self.emit(f"    {e} = np.int64({y})")
+        self.emit(f"    while {e} > 0:")
+        self.emit(f"        if {e} & 1:")
+        self.emit(f"            {acc} = np.int64({acc} * {b})")
+        self.emit(f"        {b} = np.int64({b} * {b})")
+        self.emit(f"        {e} = np.int64({e} >> 1)")
+        self.emit(f"    {r} = {cast(rt, acc)}")
+        return r
+
+    def convert(self, x: str, src: Scalar, rt: Scalar) -> str:
+        if rt.is_bool:
+            return self.assign(rt, x if src.is_bool else f"{x} != 0")
+        if rt.is_int and src.is_float:
+            return self.assign(rt, f"{x} if np.isfinite({x}) else 0")
+        return self.assign(rt, x)
+
+    # ---- loops
+
+    def unravel(self, k: str, dims: list) -> list:
+        """Row-major multi-index (atoms) of the flat position ``k`` in ``dims``."""
+        r = len(dims)
+        if r == 0:
+            return []
+        if r == 1:
+            return [k]
+        ix = [None] * r
+        q = k
+        for d in range(r - 1, 0, -1):
+            ix[d] = self.fresh("i")
+            self.emit(f"{ix[d]} = {q} % {dims[d]}")
+            nq = self.fresh("q")
+            self.emit(f"{nq} = {q} // {dims[d]}")
+            q = nq
+        ix[0] = q
+        return ix
+
+    def store(self, bufs: list, pos: str, ts: list, value) -> None:
+        for b, t, a in zip(bufs, ts, flat(value)):
+            self.emit(f"{b}[{pos}] = {cast(t, a)}")
+
+    def set_vars(self, names: list, ts: list, value) -> None:
+        for n, t, a in zip(names, ts, flat(value)):
+            self.assign(t, a, n)
+
+    def update(self, names: list, ts: list, value) -> None:
+        """Assign ``value`` to the variables ``names`` simultaneously (the atoms of
+        ``value`` may be those variables)."""
+        atoms = flat(value)
+        if len(names) == 1:
+            self.assign(ts[0], atoms[0], names[0])
+            return
+        tmp = [self.assign(t, a) for t, a in zip(ts, atoms)]
+        for n, a in zip(names, tmp):
+            self.emit(f"{n} = {a}")
+
+    def function(self, name: str, outs: list) -> str:
+        """The whole function text (after the body has been generated)."""
+        ins = [b for av in self.array_order for b in self.arrays[av.name].leaves]
+        args = ", ".join(outs + ins + ["shp", "err"])
+        pro = [f"    {a} = shp[{i}]" for i, a in enumerate(f"s{j}" for j in
+                                                              range(len(self.layout)))]
+        return "\n".join([DECORATOR, f"def {name}({args}):"] + pro + self.lines) + "\n"
+
+
+_MISSING = object()
+
+
+def _out_names(k: int, t) -> list:
+    return [f"r{k}_{j}" for j in range(len(leaves(t.elt)))]
+
+
+# --------------------------------------------------------------------------- step kernels
+
+
+def gen_generate(s: KGenerate, check: bool):
+    g = KernelGen(check)
+    rank = len(s.shape.type.items)
+    n = g.slot(("size",))
+    dims = [g.slot(("out", d)) for d in range(rank)]
+    outs = [_out_names(k, o.type) for k, o in enumerate(s.outs)]
+    k = g.fresh("k")
+    g.emit(f"for {k} in prange({n}):")
+    g.ind += 1
+    ix = g.unravel(k, dims)
+    v = g.apply(s.f, (tuple(ix),))
+    comps = (v,) if len(s.outs) == 1 else v
+    for bufs, o, c in zip(outs, s.outs, comps):
+        g.store(bufs, k, leaves(o.type.elt), c)
+    g.emit("pass")
+    return g, [b for bs in outs for b in bs], {}
+
+
+def _chunk_task(g: KernelGen, tk: str, m: str, n: str, nch: str, dims: list):
+    """Emit the decoding of task ``tk`` of ``m * nch``: row r, chunk c, and the chunk's
+    range [lo, hi) of the inner dimension (``n`` split as evenly as possible)."""
+    r, c, lo, hi = (g.fresh(x) for x in ("r", "c", "lo", "hi"))
+    g.emit(f"{r} = {tk} // {nch}")
+    g.emit(f"{c} = {tk} % {nch}")
+    g.emit(f"{lo} = ({c} * {n}) // {nch}")
+    g.emit(f"{hi} = (({c} + 1) * {n}) // {nch}")
+    return r, c, lo, hi, g.unravel(r, dims)
+
+
+def gen_fold(s: KFold, check: bool):
+    """One parallel loop over (row, chunk) tasks.  With one chunk per row (``mode == 1``)
+    each task folds a whole row into the output; with ``mode`` chunks, chunk 0 folds from
+    z and the others from their first element, and the partials of each row are then
+    combined sequentially in chunk order (only associativity is assumed)."""
+    g = KernelGen(check)
+    elt = s.out.type.elt
+    ts = leaves(elt)
+    rank = len(s.shape.type.items)
+    m, n, nch = g.slot(("size",)), g.slot(("n",)), g.slot(("mode",))
+    dims = [g.slot(("out", d)) for d in range(rank)]
+    outs = _out_names(0, s.out.type)
+    parts = [g.fresh("part") for _ in ts]
+    g.emit(f"if {nch} == 1:")
+    for p, o in zip(parts, outs):
+        g.emit(f"    {p} = {o}")
+    g.emit("else:")
+    for p, t in zip(parts, ts):
+        g.emit(f"    {p} = np.empty({m} * {nch}, dtype={_CAST[t.name]})")
+    g.emit("pass")
+    tk = g.fresh("tk")
+    g.emit(f"for {tk} in prange({m} * {nch}):")
+    g.ind += 1
+    r, c, lo, hi, ix = _chunk_task(g, tk, m, n, nch, dims)
+    acc = [g.fresh("acc") for _ in ts]
+    st = g.fresh("st")
+    if s.z is not None:
+        g.emit(f"if {c} == 0:")
+        g.ind += 1
+        g.set_vars(acc, ts, g.exp(s.z))
+        g.emit(f"{st} = {lo}")
+        g.ind -= 1
+        g.emit("else:")
+        g.ind += 1
+    g.set_vars(acc, ts, g.apply(s.src, (tuple(ix + [lo]),)))
+    g.emit(f"{st} = {lo} + 1")
+    if s.z is not None:
+        g.ind -= 1
+    j = g.fresh("j")
+    g.emit(f"for {j} in range({st}, {hi}):")
+    g.ind += 1
+    x = g.apply(s.src, (tuple(ix + [j]),))
+    g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
+    g.ind -= 1
+    g.store(parts, tk, ts, tuple(acc))
+    g.emit("pass")
+    g.ind -= 1
+    g.emit(f"if {nch} > 1:")
+    g.ind += 1
+    r, c = g.fresh("r"), g.fresh("c")
+    g.emit(f"for {r} in range({m}):")
+    g.ind += 1
+    acc = [g.fresh("acc") for _ in ts]
+    g.set_vars(acc, ts, tuple(f"{p}[{r} * {nch}]" for p in parts))
+    g.emit(f"for {c} in range(1, {nch}):")
+    g.ind += 1
+    nxt = tuple(f"{p}[{r} * {nch} + {c}]" for p in parts)
+    g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), rebuild(elt, iter(nxt)))))
+    g.emit("pass")
+    g.ind -= 1
+    g.store(outs, r, ts, tuple(acc))
+    g.emit("pass")
+    g.ind -= 2
+    return g, outs, {"chunked": True}
+
+
+def scan_chunked(s: KScan) -> bool:
+    """Whether the scan's kernel has the chunked (three-phase) path: only for scans of
+    a single row (outer rank 0), where rows give no parallelism (it costs compile time)."""
+    return len(s.shape.type.items) == 0
+
+
+def gen_scan(s: KScan, check: bool):
+    """Parallel over (row, chunk) tasks.  With one chunk per row (``mode == 1``) every task
+    scans a row.  With ``mode`` chunks (single-row scans only): (1) the totals of the
+    chunks in parallel, (2) the carry into each chunk, sequentially in scan order, (3) every
+    chunk scanned in parallel from its carry (the first chunk from z or its first
+    element)."""
+    g = KernelGen(check)
+    elt = s.out.type.elt
+    ts = leaves(elt)
+    rank = len(s.shape.type.items)
+    m, n, nch = g.slot(("size",)), g.slot(("n",)), g.slot(("mode",))
+    kout = g.slot(("kout",))
+    dims = [g.slot(("out", d)) for d in range(rank)]
+    outs = _out_names(0, s.out.type)
+    hz, left = s.z is not None, s.left
+    chunked = scan_chunked(s)
+    # Left scans with z store element j's partial result at j + 1 (the seed at 0); right
+    # scans with z store it at j (the seed at n); the 1-forms store it at j.
+    off = 1 if (hz and left) else 0
+    first_c = "0" if left else f"({nch} - 1)"
+    last_c = f"({nch} - 1)" if left else "0"
+
+    def combine(acc, x):  # f in the scan's order: f(acc, x) left, f(x, acc) right
+        a = rebuild(elt, iter(acc))
+        g.update(acc, ts, g.apply(s.f, (a, x) if left else (x, a)))
+
+    if chunked:
+        tots = [g.fresh("tot") for _ in ts]
+        cars = [g.fresh("car") for _ in ts]
+        for p, t in zip(tots + cars, ts + ts):
+            g.emit(f"{p} = np.empty({m} * {nch} if {nch} > 1 else 0, dtype={_CAST[t.name]})")
+        g.emit(f"if {nch} > 1:")
+        g.ind += 1
+        tk = g.fresh("tk")
+        g.emit(f"for {tk} in prange({m} * {nch}):")
+        g.ind += 1
+        r, c, lo, hi, ix = _chunk_task(g, tk, m, n, nch, dims)
+        g.emit(f"if {c} != {last_c}:")
+        g.ind += 1
+        acc = [g.fresh("acc") for _ in ts]
+        g.set_vars(acc, ts, g.apply(s.src, (tuple(ix + [lo if left else f"{hi} - 1"]),)))
+        j = g.fresh("j")
+        rng = f"range({lo} + 1, {hi})" if left else f"range({hi} - 2, {lo} - 1, -1)"
+        g.emit(f"for {j} in {rng}:")
+        g.ind += 1
+        combine(acc, g.apply(s.src, (tuple(ix + [j]),)))
+        g.ind -= 1
+        g.store(tots, tk, ts, tuple(acc))
+        g.ind -= 2
+        r, c = g.fresh("r"), g.fresh("c")
+        g.emit(f"for {r} in range({m}):")
+        g.ind += 1
+        acc = [g.fresh("acc") for _ in ts]
+        if hz:
+            g.set_vars(acc, ts, g.exp(s.z))
+            g.store(cars, f"{r} * {nch} + {first_c}", ts, tuple(acc))
+        order = f"range(1, {nch})" if left else f"range({nch} - 2, -1, -1)"
+        prev = f"{r} * {nch} + {c} - 1" if left else f"{r} * {nch} + {c} + 1"
+        g.emit(f"for {c} in {order}:")
+        g.ind += 1
+        tv = rebuild(elt, iter(f"{p}[{prev}]" for p in tots))
+        if hz:
+            combine(acc, tv)
+        else:
+            start = "1" if left else f"{nch} - 2"
+            g.emit(f"if {c} == {start}:")
+            g.ind += 1
+            g.set_vars(acc, ts, tv)
+            g.emit("pass")
+            g.ind -= 1
+            g.emit("else:")
+            g.ind += 1
+            combine(acc, tv)
+            g.emit("pass")
+            g.ind -= 1
+        g.store(cars, f"{r} * {nch} + {c}", ts, tuple(acc))
+        g.emit("pass")
+        g.ind -= 3
+    tk = g.fresh("tk")
+    g.emit(f"for {tk} in prange({m} * {nch}):")
+    g.ind += 1
+    r, c, lo, hi, ix = _chunk_task(g, tk, m, n, nch, dims)
+    base = g.fresh("base")
+    g.emit(f"{base} = {r} * {kout}")
+    if not hz:
+        g.emit(f"if {lo} < {hi}:")
+        g.ind += 1
+    acc = [g.fresh("acc") for _ in ts]
+    st = g.fresh("st")  # left: first j of the loop; right: the first (highest) j
+    if chunked:
+        g.emit(f"if {c} == {first_c}:")
+        g.ind += 1
+    if hz:
+        z = g.exp(s.z)
+        g.set_vars(acc, ts, z)
+        g.store(outs, base if left else f"{base} + {n}", ts, tuple(acc))
+        g.emit(f"{st} = {lo}" if left else f"{st} = {hi} - 1")
+    else:
+        f0 = g.fresh("f")
+        g.emit(f"{f0} = {lo}" if left else f"{f0} = {hi} - 1")
+        g.set_vars(acc, ts, g.apply(s.src, (tuple(ix + [f0]),)))
+        g.store(outs, f"{base} + {f0}", ts, tuple(acc))
+        g.emit(f"{st} = {lo} + 1" if left else f"{st} = {hi} - 2")
+    if chunked:
+        g.ind -= 1
+        g.emit("else:")
+        g.ind += 1
+        g.set_vars(acc, ts, tuple(f"{p}[{tk}]" for p in cars))
+        g.emit(f"{st} = {lo}" if left else f"{st} = {hi} - 1")
+        g.ind -= 1
+    j = g.fresh("j")
+    g.emit(f"for {j} in range({st}, {hi}):" if left else
+           f"for {j} in range({st}, {lo} - 1, -1):")
+    g.ind += 1
+    combine(acc, g.apply(s.src, (tuple(ix + [j]),)))
+    g.store(outs, f"{base} + {j} + {off}", ts, tuple(acc))
+    g.emit("pass")
+    g.ind -= 1
+    g.emit("pass")
+    return g, outs, {"chunked": chunked}
+
+
+def gen_permute(s: KPermute, check: bool):
+    """Defaults in parallel, then the scatter.  A recognised combination (+, *, max, min on
+    a number) scatters through ``mode`` private buffers (parallel over source chunks,
+    then a parallel merge over targets in chunk order), or, with ``mode == 0``, serially
+    straight into the output; any other combination scatters serially."""
+    g = KernelGen(check)
+    elt = s.out.type.elt
+    ts = leaves(elt)
+    trank = len(s.out_shape.type.items)
+    srank = len(s.shape.type.items)
+    tn, sn, mode = g.slot(("size",)), g.slot(("ssize",)), g.slot(("mode",))
+    tdims = [g.slot(("out", d)) for d in range(trank)]
+    sdims = [g.slot(("src", d)) for d in range(srank)]
+    outs = _out_names(0, s.out.type)
+    k = g.fresh("k")
+    g.emit(f"for {k} in prange({tn}):")
+    g.ind += 1
+    ix = g.unravel(k, tdims)
+    g.store(outs, k, ts, g.apply(s.defaults, (tuple(ix),)))
+    g.emit("pass")
+    g.ind -= 1
+    fast = fast_comb(s.comb)
+
+    def scatter(bufs, base, k):
+        """The body of the scatter loop over source positions ``k``."""
+        ix = g.unravel(k, sdims)
+        tv = g.apply(s.target, (tuple(ix),))
+        keep, tix = tv[0], flat(tv[1])
+        g.emit(f"if {keep}:")
+        g.ind += 1
+        if check and tix:
+            g.emit(f"if not ({g.in_bounds(tix, tdims)}):")
+            g.ind += 1
+            g.record(Site("permute (target index)", None, len(tix)), tix)
+            g.emit("continue")
+            g.ind -= 1
+        lin = g.offset(tix, tdims)
+        pos = lin if base is None else f"{base} + {lin}"
+        v = g.apply(s.value, (tuple(ix),))
+        old = rebuild(elt, iter(f"{b}[{pos}]" for b in bufs))
+        new = flat(g.apply(s.comb, (v, old)))
+        for b, t, a in zip(bufs, ts, new):
+            g.emit(f"{b}[{pos}] = {cast(t, a)}")
+        g.emit("pass")
+        g.ind -= 1
+
+    if fast is None:
+        k = g.fresh("k")
+        g.emit(f"for {k} in range({sn}):")
+        g.ind += 1
+        scatter(outs, None, k)
+        g.ind -= 1
+        return g, outs, {"fast": None}
+    t = ts[0]
+    priv, npc, c, pbase = g.fresh("priv"), g.fresh("npc"), g.fresh("c"), g.fresh("pb")
+    g.emit(f"if {mode} == 0:")
+    g.emit(f"    {npc} = 1")
+    g.emit(f"    {priv} = {outs[0]}")
+    g.emit("else:")
+    g.emit(f"    {npc} = {mode}")
+    g.emit(f"    {priv} = np.empty({mode} * {tn}, dtype={_CAST[t.name]})")
+    g.emit(f"for {c} in prange({npc}):")
+    g.ind += 1
+    g.emit(f"{pbase} = {c} * {tn}")
+    k = g.fresh("k")
+    g.emit(f"if {mode} > 0:")
+    g.emit(f"    for {k} in range({tn}):")
+    g.emit(f"        {priv}[{pbase} + {k}] = {identity_atom(fast, t)}")
+    k = g.fresh("k")
+    g.emit(f"for {k} in range(({c} * {sn}) // {npc}, (({c} + 1) * {sn}) // {npc}):")
+    g.ind += 1
+    scatter([priv], pbase, k)
+    g.ind -= 2
+    k, c, acc = g.fresh("k"), g.fresh("c"), g.fresh("acc")
+    g.emit(f"if {mode} > 0:")
+    g.ind += 1
+    g.emit(f"for {k} in prange({tn}):")
+    g.ind += 1
+    g.emit(f"{acc} = {outs[0]}[{k}]")
+    g.emit(f"for {c} in range({mode}):")
+    g.ind += 1
+    g.update([acc], ts, g.apply(s.comb, (f"{priv}[{c} * {tn} + {k}]", acc)))
+    g.ind -= 1
+    g.emit(f"{outs[0]}[{k}] = {acc}")
+    g.ind -= 2
+    return g, outs, {"fast": fast}
+
+
+_GEN = {KGenerate: gen_generate, KFold: gen_fold, KScan: gen_scan, KPermute: gen_permute}
+
+
+# --------------------------------------------------------------------------- module
+
+
+@dataclass
+class Module:
+    source: str
+    plans: dict = field(default_factory=dict)  # id(step) -> KernelPlan
+
+
+def generate(body: KBlock, check_bounds: bool) -> Module:
+    """The module source for every loop step in ``body`` (and nested blocks)."""
+    funcs: dict = {}  # function text (without name) -> name
+    texts: list = []
+    mod = Module("")
+
+    def visit(block: KBlock):
+        for s in block.steps:
+            gen = _GEN.get(type(s))
+            if gen is not None:
+                g, outs, extra = gen(s, check_bounds)
+                text = g.function("KERNEL", outs)
+                name = funcs.get(text)
+                if name is None:
+                    name = funcs[text] = f"k{len(funcs)}"
+                    texts.append(text.replace("def KERNEL(", f"def {name}(", 1))
+                mod.plans[id(s)] = KernelPlan(s, name, list(g.array_order), list(g.layout),
+                                              list(g.sites), extra.get("fast"),
+                                              extra.get("chunked", False))
+            elif isinstance(s, KAcond):
+                visit(s.t)
+                visit(s.e)
+            elif isinstance(s, KAwhile):
+                visit(s.cond)
+                visit(s.body)
+            elif not isinstance(s, KUse):
+                raise BackendError(f"cpu backend: unknown kernel step {type(s).__name__}")
+
+    visit(body)
+    mod.source = HEADER + "".join("\n\n" + t for t in texts)
+    return mod

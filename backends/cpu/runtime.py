@@ -1,0 +1,325 @@
+"""Host orchestration of a compiled kernel program.
+
+The host walks the kernel program's blocks in Python: it evaluates shapes and
+conditions (``hosteval``), allocates every output, calls the generated numba
+kernel of each loop step with flat buffers and an int64 ``shp`` array of sizes,
+raises ``OutOfBoundsError`` when a kernel's bounds check recorded a failure, and runs
+``KAcond``/``KAwhile`` control flow.  Arrays are immutable once built, so arrays are
+shared freely between steps; results that would alias an input, a ``KUse`` constant
+or another result are copied on the way out.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numba
+import numpy as np
+
+from accel.ast.types import ArrayT, ATupleT, TupleT, leaves, scalar_of_dtype
+from accel.errors import BackendError, OutOfBoundsError, ProgramTypeError, ShapeError
+from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
+                                  KUse, KernelProgram, count_loops, show_kernel_program,
+                                  step_outs)
+
+from . import cache, codegen
+from .codegen import ERR_SIZE
+from .hosteval import HostEval
+
+
+class ArrVal:
+    """A manifest array: its shape and one flat C-contiguous buffer per scalar leaf."""
+
+    __slots__ = ("leaves", "shape")
+
+    def __init__(self, shape: tuple, leaves_: list):
+        self.shape = shape
+        self.leaves = leaves_
+
+    def __repr__(self) -> str:
+        return f"ArrVal({self.shape}, {[b.dtype for b in self.leaves]})"
+
+
+def _size(shape) -> int:
+    return math.prod(shape)
+
+
+def _shape_of(v, op: str) -> tuple:
+    sh = tuple(int(x) for x in (v if isinstance(v, tuple) else (v,)))
+    if any(x < 0 for x in sh):
+        raise ShapeError(f"{op}: negative size in shape {sh}")
+    return sh
+
+
+def _shown(ix: tuple) -> str:
+    return f"({ix[0]},)" if len(ix) == 1 else str(tuple(ix))
+
+
+# --------------------------------------------------------------------------- boundary
+
+
+def _input(v, t, what: str) -> ArrVal:
+    """A caller's argument as an ``ArrVal`` of type ``t`` (always copied)."""
+    if not isinstance(t, ArrayT):
+        raise ProgramTypeError(f"{what}: parameter of non-array type {t!r}")
+    bufs, shapes = [], []
+
+    def leaf(x, s, path):
+        if isinstance(s, TupleT):
+            if not isinstance(x, (tuple, list)) or len(x) != len(s.items):
+                raise ShapeError(f"{what}: expected a tuple of {len(s.items)} component arrays "
+                                 f"for elements of type {s!r}")
+            for i, (xi, si) in enumerate(zip(x, s.items)):
+                leaf(xi, si, path + (i,))
+            return
+        arr = np.asarray(x)
+        if arr.dtype != s.dtype:
+            try:
+                scalar_of_dtype(arr.dtype)
+                ok = np.can_cast(arr.dtype, s.dtype, "same_kind")
+            except KeyError:
+                ok = False
+            if not ok:
+                raise ProgramTypeError(f"{what}: expected an array of {s!r}, got {arr.dtype}")
+        if arr.ndim != t.rank:
+            raise ShapeError(f"{what}: expected an array of rank {t.rank}, got shape {arr.shape}")
+        shapes.append(arr.shape)
+        bufs.append(np.array(arr, dtype=s.dtype, copy=True, order="C").reshape(-1))
+
+    leaf(v, t.elt, ())
+    if shapes:
+        if any(sh != shapes[0] for sh in shapes):
+            raise ShapeError(f"{what}: component arrays of different shapes {shapes}")
+        shape = tuple(int(x) for x in shapes[0])
+    else:
+        shape = (0,) * t.rank  # an array of unit elements carries no data
+    return ArrVal(shape, bufs)
+
+
+def _rebuild_elt(t, it):
+    if isinstance(t, TupleT):
+        return tuple(_rebuild_elt(x, it) for x in t.items)
+    return next(it)
+
+
+# --------------------------------------------------------------------------- runner
+
+
+class Runner:
+    """A kernel program compiled for the CPU: ``runner(args)`` runs it."""
+
+    def __init__(self, kp: KernelProgram, check_bounds: bool = False):
+        self.kp = kp
+        self.check_bounds = bool(check_bounds)
+        t0 = time.perf_counter()
+        self.gen = codegen.generate(kp.body, self.check_bounds)
+        t1 = time.perf_counter()
+        self.module = cache.load(self.gen.source)
+        t2 = time.perf_counter()
+        self._codegen_seconds = t1 - t0
+        self._load_seconds = t2 - t1
+        self._compile_seconds = 0.0
+        self._compiled: set = set()  # function names this runner has made ready
+        self._cache_hits = 0
+        self._lock = threading.Lock()
+        self._uses: dict = {}
+        self._calls = 0
+        self._collect_uses(kp.body)
+
+    # ---- preparation
+
+    def _collect_uses(self, block: KBlock) -> None:
+        for s in block.steps:
+            if isinstance(s, KUse):
+                a = np.array(s.array, copy=True, order="C")
+                t = s.out.type
+                if not isinstance(t, ArrayT) or len(leaves(t.elt)) != 1:
+                    raise BackendError(f"cpu backend: use of type {t!r} is not supported")
+                dt = leaves(t.elt)[0].dtype
+                self._uses[id(s)] = ArrVal(tuple(int(x) for x in a.shape),
+                                           [a.astype(dt, copy=False).reshape(-1)])
+            elif isinstance(s, KAcond):
+                self._collect_uses(s.t)
+                self._collect_uses(s.e)
+            elif isinstance(s, KAwhile):
+                self._collect_uses(s.cond)
+                self._collect_uses(s.body)
+
+    # ---- running
+
+    def __call__(self, args):
+        args = list(args)
+        params = self.kp.params
+        if len(args) != len(params):
+            raise ShapeError(f"program takes {len(params)} arguments, got {len(args)}")
+        env = {}
+        for i, (p, x) in enumerate(zip(params, args)):
+            env[p.name] = _input(x, p.type, f"argument {i} ({p.name})")
+        with np.errstate(all="ignore"):
+            self._block(self.kp.body, env)
+        res = [env[r.name] for r in self.kp.body.result]
+        self._calls += 1
+        return self._outputs(res)
+
+    def _outputs(self, res: list):
+        # Parameters were copied on entry; constants and repeated results are copied here.
+        protected = {id(b) for v in self._uses.values() for b in v.leaves}
+        seen: set = set()
+
+        def out(v: ArrVal, t):
+            bufs = []
+            for b in v.leaves:
+                if id(b) in seen or id(b) in protected:
+                    b = b.copy()
+                seen.add(id(b))
+                bufs.append(b.reshape(v.shape))
+            return _rebuild_elt(t.elt, iter(bufs))
+
+        t = self.kp.result_type
+        it = iter(res)
+
+        def build(t):
+            if isinstance(t, ATupleT):
+                return tuple(build(x) for x in t.items)
+            return out(next(it), t)
+
+        if not isinstance(t, (ATupleT, ArrayT)):
+            raise BackendError(f"cpu backend: result of type {t!r}")
+        return build(t)
+
+    def _block(self, block: KBlock, env: dict) -> None:
+        for s in block.steps:
+            if isinstance(s, KUse):
+                env[s.out.name] = self._uses[id(s)]
+            elif isinstance(s, KAcond):
+                c = HostEval(env)(s.c)
+                b = s.t if bool(c) else s.e
+                self._block(b, env)
+                vals = [env[r.name] for r in b.result]
+                for o, v in zip(s.outs, vals):
+                    env[o.name] = v
+            elif isinstance(s, KAwhile):
+                state = [env[a.name] for a in s.init]
+                while True:
+                    for p, v in zip(s.params, state):
+                        env[p.name] = v
+                    self._block(s.cond, env)
+                    cv = env[s.cond.result[0].name]
+                    if not bool(cv.leaves[0][0]):
+                        break
+                    self._block(s.body, env)
+                    state = [env[r.name] for r in s.body.result]
+                for o, v in zip(s.outs, state):
+                    env[o.name] = v
+            else:
+                self._loop(s, env)
+
+    def _loop(self, s, env: dict) -> None:
+        plan = self.gen.plans[id(s)]
+        ev = HostEval(env)
+        vals: dict = {}
+        if isinstance(s, KGenerate):
+            shape = _shape_of(ev(s.shape), "generate")
+            size = _size(shape)
+            outs = [self._alloc(o.type, shape, size) for o in s.outs]
+        elif isinstance(s, (KFold, KScan)):
+            op = "fold" if isinstance(s, KFold) else "scan"
+            shape = _shape_of(ev(s.shape), op)
+            n = int(ev(s.n))
+            if n < 0:
+                raise ShapeError(f"{op}: negative inner length {n}")
+            size = _size(shape)
+            vals[("n",)] = n
+            if isinstance(s, KFold):
+                if s.z is None and n == 0:
+                    raise ShapeError(f"fold1: the innermost dimension is empty (shape "
+                                     f"{shape + (0,)})")
+                chunk = (n >= codegen.FOLD_CHUNK_MIN_N and size < codegen.FOLD_CHUNK_MAX_ROWS)
+                vals[("mode",)] = codegen.FOLD_CHUNKS if chunk else 1
+                outs = [self._alloc(s.out.type, shape, size)]
+            else:
+                kout = n + 1 if s.z is not None else n
+                chunk = plan.chunked and n >= codegen.SCAN_CHUNK_MIN_N
+                vals[("mode",)] = codegen.SCAN_CHUNKS if chunk else 1
+                vals[("kout",)] = kout
+                outs = [self._alloc(s.out.type, shape + (kout,), size * kout)]
+        elif isinstance(s, KPermute):
+            shape = _shape_of(ev(s.out_shape), "permute")
+            sshape = _shape_of(ev(s.shape), "permute")
+            size, ssize = _size(shape), _size(sshape)
+            vals[("ssize",)] = ssize
+            for d, x in enumerate(sshape):
+                vals[("src", d)] = x
+            mode = 0
+            if plan.fast is not None and ssize >= codegen.PERMUTE_PAR_MIN_SRC:
+                priv = codegen.PERMUTE_CHUNKS * size
+                if priv <= ssize and priv <= codegen.PERMUTE_PAR_MAX_PRIV:
+                    mode = codegen.PERMUTE_CHUNKS
+            vals[("mode",)] = mode
+            outs = [self._alloc(s.out.type, shape, size)]
+        else:
+            raise BackendError(f"cpu backend: unknown step {type(s).__name__}")
+        vals[("size",)] = size
+        for d, x in enumerate(shape):
+            vals[("out", d)] = x
+        ins = [env[a.name] for a in plan.inputs]
+        shp = np.empty(len(plan.layout), dtype=np.int64)
+        for i, key in enumerate(plan.layout):
+            shp[i] = ins[key[1]].shape[key[2]] if key[0] == "in" else vals[key]
+        err = np.zeros(ERR_SIZE, dtype=np.int64)
+        bufs = [b for o in outs for b in o.leaves] + [b for a in ins for b in a.leaves]
+        self._call(plan.fn, bufs + [shp, err])
+        if err[0] != 0:
+            site = plan.sites[int(err[0]) - 1]
+            ix = tuple(int(i) for i in err[1:1 + site.rank])
+            tshape = env[site.avar.name].shape if site.avar is not None else shape
+            raise OutOfBoundsError(f"{site.what}: index {_shown(ix)} is out of bounds for "
+                                   f"shape {tshape}")
+        for o, v in zip(step_outs(s), outs):
+            env[o.name] = v
+
+    def _alloc(self, t, shape: tuple, size: int) -> ArrVal:
+        return ArrVal(shape, [np.empty(size, dtype=s.dtype) for s in leaves(t.elt)])
+
+    def _call(self, name: str, args: list) -> None:
+        fn = getattr(self.module, name)
+        if name not in self._compiled:
+            with self._lock:
+                if not fn.signatures:
+                    sig = tuple(numba.typeof(a) for a in args)
+                    hits = sum(fn.stats.cache_hits.values())
+                    t0 = time.perf_counter()
+                    try:
+                        fn.compile(sig)
+                    except Exception as e:
+                        raise BackendError(f"cpu backend: numba failed to compile kernel "
+                                           f"{name}: {e}") from e
+                    self._compile_seconds += time.perf_counter() - t0
+                    self._cache_hits += sum(fn.stats.cache_hits.values()) - hits
+                self._compiled.add(name)
+        fn(*args)
+
+    def show(self) -> str:
+        """The kernel program, as text."""
+        return show_kernel_program(self.kp)
+
+    def source(self) -> str:
+        """The generated numba module."""
+        return self.gen.source
+
+    def stats(self) -> dict:
+        """Facts about the compiled program (``kernels``: parallel loops, as in
+        ``count_loops``; ``compile_seconds``: numba compilation or cache loading so far)."""
+        return {
+            "kernels": count_loops(self.kp.body),
+            "functions": len({p.fn for p in self.gen.plans.values()}),
+            "compile_seconds": self._compile_seconds,
+            "codegen_seconds": self._codegen_seconds,
+            "load_seconds": self._load_seconds,
+            "numba_cache_hits": self._cache_hits,
+            "compiled_functions": len(self._compiled),
+            "module": getattr(self.module, "__file__", None),
+            "check_bounds": self.check_bounds,
+        }

@@ -1,0 +1,657 @@
+"""The numba CPU backend on hand-built kernel programs, against the NumPy kernel evaluator.
+
+Every distinct kernel costs a numba compilation (0.3-2 s cold), so the programs here
+are curated: one kernel exercises every primitive, each step kind appears in a few
+shapes, and sizes vary without recompiling (kernels are compiled once per program
+and reused for any size).  All tests share one fresh ``ACCEL_CACHE_DIR``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+_CACHE = tempfile.mkdtemp(prefix="accel-cpu-test-")
+os.environ["ACCEL_CACHE_DIR"] = _CACHE
+
+from accel.ast import nodes as N  # noqa: E402
+from accel.ast.types import (ArrayT, ATupleT, TupleT, bool_, float32, float64, int32,  # noqa: E402
+                             int64, shape_type)
+from accel.errors import OutOfBoundsError, ShapeError  # noqa: E402
+from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold,  # noqa: E402
+                                  KGenerate, KPermute, KScan, KUse)
+from accel.fusion.numpy_eval import evaluate  # noqa: E402
+from backends.cpu import cache, codegen, prepare_kernels  # noqa: E402
+
+# --------------------------------------------------------------------------- builders
+
+
+def P(op, *args):
+    return N.PrimApp(op, tuple(args))
+
+
+def i64(v):
+    return N.Const(v, int64)
+
+
+def f64(v):
+    return N.Const(v, float64)
+
+
+def lam(types, fn):
+    params = tuple(N.Var(N.fresh("x"), t) for t in types)
+    return N.Lam(params, fn(*params))
+
+
+def av(elt, rank, p="a"):
+    return N.Avar(N.fresh(p), ArrayT(elt, rank))
+
+
+def sh(*exps):
+    return N.Tuple(tuple(i64(e) if isinstance(e, int) else e for e in exps))
+
+
+def dim(a, k):
+    return N.Prj(k, N.Shape(a))
+
+
+def at(a, *ix):
+    return N.Index(a, sh(*ix))
+
+
+def ix_lam(rank, fn):
+    """A function of an index of ``rank``; ``fn`` gets the components."""
+    return lam((shape_type(rank),), lambda i: fn(*(N.Prj(k, i) for k in range(rank))))
+
+
+def kprog(params, steps, result):
+    res = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+    rt = ATupleT(tuple(r.type for r in res)) if isinstance(result, (tuple, list)) else result.type
+    return KernelProgram(tuple(params), KBlock(tuple(steps), res), rt)
+
+
+def both(kp, args, check_bounds=False):
+    """Run on the CPU backend and on the NumPy evaluator; return (cpu, reference)."""
+    runner = prepare_kernels(kp, check_bounds)
+    copies = [tuple(np.copy(c) for c in a) if isinstance(a, tuple) else np.copy(a)
+              for a in args]
+    got = runner(args)
+    for a, c in zip(args, copies):  # the caller's arrays are never mutated
+        for x, y in zip(a if isinstance(a, tuple) else (a,), c if isinstance(c, tuple) else (c,)):
+            np.testing.assert_array_equal(x, y)
+    return got, evaluate(kp, args)
+
+
+def assert_same(got, want, rtol=0.0, atol=0.0):
+    if isinstance(want, tuple):
+        assert isinstance(got, tuple) and len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_same(g, w, rtol, atol)
+        return
+    assert isinstance(got, np.ndarray), type(got)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape,
+                                                                 got.dtype, want.dtype)
+    if rtol or atol:
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def compose_t():
+    return TupleT((int64, int64, int64, int64))
+
+
+def matmul2():
+    """2x2 integer matrix product on 4-tuples: associative, not commutative (wraps mod 2^64)."""
+    def body(a, b):
+        A = [N.Prj(k, a) for k in range(4)]
+        B = [N.Prj(k, b) for k in range(4)]
+
+        def dot(x, y, u, v):
+            return P("add", P("mul", x, y), P("mul", u, v))
+        return N.Tuple((dot(A[0], B[0], A[1], B[2]), dot(A[0], B[1], A[1], B[3]),
+                        dot(A[2], B[0], A[3], B[2]), dot(A[2], B[1], A[3], B[3])))
+    return lam((compose_t(), compose_t()), body)
+
+
+def mats(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return tuple(rng.integers(-3, 4, n).astype(np.int64) for _ in range(4))
+
+
+# --------------------------------------------------------------------------- primitives
+
+_F = np.array([0.0, -0.0, 1.5, -2.5, 0.5, 2.5, 3.7, -3.7, np.inf, -np.inf, np.nan, 7.0, -1.0,
+               1e300, 2.0, -0.5])
+_I = np.array([0, 1, -1, 7, -7, 3, -3, 2**62, -2**63, 5, -5, 2, 11, -1, 0, 4], dtype=np.int64)
+_J = np.array([3, -2, 0, 2, 2, -3, -3, 3, -1, 0, 1, -1, -4, 63, 5, 2], dtype=np.int64)
+
+
+_GROUPS = ("float64", "float32", "int", "other")
+
+
+def _prims_kernel(group):
+    """A KGenerate over a group of primitives (every primitive is in some group)."""
+    xs, ys = av(float64, 1, "x"), av(float64, 1, "y")
+    fs = av(float32, 1, "f")
+    ks, js = av(int64, 1, "k"), av(int64, 1, "j")
+    hs = av(int32, 1, "h")
+
+    def body(i):
+        x, y, f = at(xs, i), at(ys, i), at(fs, i)
+        k, j = at(ks, i), at(js, i)
+        h = at(hs, i)
+        g = P("to_float32", y)
+        hj = P("to_int32", j)
+        b = P("lt", x, y)
+        c = P("gt", k, j)
+        out = []
+        floats = {"float64": (x, y), "float32": (f, g)}
+        if group in floats:
+            u, v = floats[group]
+            for op in ["add", "sub", "mul", "div", "floordiv", "mod", "pow", "max", "min",
+                       "atan2"]:
+                out.append(P(op, u, v))
+            for op in ["neg", "abs", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+                       "tanh", "exp", "expm1", "log", "log1p", "sqrt", "floor", "ceil", "round",
+                       "truncate"]:
+                out.append(P(op, u))
+        elif group == "int":
+            for op in ["add", "sub", "mul", "floordiv", "mod", "pow", "max", "min", "and", "or",
+                       "xor"]:
+                out += [P(op, k, j), P(op, h, hj)]
+            out += [P("not", k), P("not", h), P("neg", k), P("neg", h), P("abs", k),
+                    P("abs", h)]
+        else:
+            for op in ["lt", "le", "gt", "ge", "eq", "ne"]:
+                out += [P(op, x, y), P(op, k, j), P(op, b, c)]
+            out += [P("and", b, c), P("or", b, c), P("xor", b, c), P("not", b)]
+            for src in (x, f, k, h, b):
+                out += [P("to_" + t, src)
+                        for t in ("float32", "float64", "int32", "int64", "bool")]
+        return N.Tuple(tuple(out))
+
+    f = ix_lam(1, body)
+    outs = tuple(av(t, 1, "o") for t in f.type.items)
+    step = KGenerate(outs, sh(dim(xs, 0)), f)
+    return kprog((xs, ys, fs, ks, js, hs), [step], outs)
+
+
+@pytest.mark.parametrize("group", _GROUPS)
+def test_every_primitive_matches_numpy_semantics(group):
+    kp = _prims_kernel(group)
+    x, y = _F, _F[::-1].copy()
+    with np.errstate(all="ignore"):
+        args = [x, y, x.astype(np.float32), _I, _J, _I.astype(np.int32)]
+    got, want = both(kp, args)
+    assert len(got) == len(want) >= 20
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype, k
+        if g.dtype.kind == "f":
+            # transcendental functions may differ by an ulp between numba's libm and NumPy
+            tol = 2e-6 if g.dtype == np.float32 else 1e-14
+            np.testing.assert_allclose(g, w, rtol=tol, atol=0, equal_nan=True,
+                                       err_msg=f"output {k}")
+            # but the IEEE specials (inf, nan, signed zeros) are the same
+            np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=f"output {k}")
+            np.testing.assert_array_equal(np.isinf(g), np.isinf(w), err_msg=f"output {k}")
+            zero = (w == 0)
+            np.testing.assert_array_equal(np.signbit(g[zero]), np.signbit(w[zero]),
+                                          err_msg=f"output {k}")
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=f"output {k}")
+
+
+def test_prim_groups_cover_every_primitive():
+    from accel.ast.prims import PRIMS
+    seen = set()
+    for g in _GROUPS:
+        kp = _prims_kernel(g)
+        (step,) = kp.body.steps
+        stack = [step.f.body]
+        while stack:
+            e = stack.pop()
+            if isinstance(e, N.PrimApp):
+                seen.add(e.op)
+            stack.extend(c for c in getattr(e, "items", ()) + getattr(e, "args", ())
+                         if isinstance(c, N.Exp))
+    assert seen == set(PRIMS)
+
+
+def test_ieee_specials_inf_nan():
+    """1/0 = inf, 0/0 = nan, sqrt(-1) = nan, log(0) = -inf: no exceptions (error_model=numpy)."""
+    xs = av(float64, 1, "x")
+    f = ix_lam(1, lambda i: N.Tuple((P("div", f64(1.0), at(xs, i)),
+                                     P("sqrt", at(xs, i)), P("log", at(xs, i)))))
+    outs = tuple(av(float64, 1) for _ in range(3))
+    kp = kprog((xs,), [KGenerate(outs, sh(dim(xs, 0)), f)], outs)
+    x = np.array([0.0, -0.0, -1.0, 4.0])
+    got, want = both(kp, [x])
+    assert_same(got, want)
+    assert got[0][0] == np.inf and got[0][1] == -np.inf and np.isnan(got[1][2])
+    assert got[2][0] == -np.inf
+
+
+# --------------------------------------------------------------------------- generate
+
+
+def test_generate_rank2_tuple_elements_and_several_outputs():
+    a = av(TupleT((float64, int32)), 2, "p")  # an array of pairs (struct of arrays)
+    o1 = av(TupleT((int32, float64)), 2, "o")
+    o2 = av(float32, 2, "o")
+
+    def body(i, j):
+        e = at(a, i, j)
+        swapped = N.Tuple((P("add", N.Prj(1, e), N.Const(1, int32)),
+                           P("mul", N.Prj(0, e), P("to_float64", P("add", i, j)))))
+        return N.Tuple((swapped, P("to_float32", N.Prj(0, e))))
+    kp = kprog((a,), [KGenerate((o1, o2), sh(dim(a, 0), dim(a, 1)), ix_lam(2, body))], (o1, o2))
+    for shape in [(3, 4), (1, 7), (0, 5), (5, 0)]:
+        x = (np.arange(np.prod(shape), dtype=np.float64).reshape(shape) * 0.5,
+             np.arange(np.prod(shape), dtype=np.int32).reshape(shape))
+        got, want = both(kp, [x])
+        assert_same(got, want)
+        assert isinstance(got[0], tuple) and got[0][0].shape == shape
+
+
+def test_rank0_result_is_0d_array_and_nested_result_tuple():
+    a = av(float64, 1, "x")
+    s = av(float64, 0, "s")
+    c = av(int64, 0, "c")
+    step = KGenerate((s, c), sh(), ix_lam(0, lambda: N.Tuple((at(a, 2), dim(a, 0)))))
+    kp = KernelProgram((a,), KBlock((step,), (s, c, a)),
+                       ATupleT((s.type, ATupleT((c.type, a.type)))))
+    x = np.arange(5.0)
+    got, want = both(kp, [x])
+    assert_same(got, want)
+    assert got[0].shape == () and isinstance(got[0], np.ndarray)
+    assert got[1][1] is not x and not np.shares_memory(got[1][1], x)
+
+
+def test_cond_and_while_inside_kernels():
+    """Collatz step counts (scalar While), Cond only evaluating the taken branch."""
+    a = av(int64, 1, "n")
+    st = TupleT((int64, int64))
+
+    def body(i):
+        n = at(a, i)
+        loop = N.While(lam((st,), lambda s: P("gt", N.Prj(0, s), i64(1))),
+                       lam((st,), lambda s: N.Tuple((
+                           N.Cond(P("eq", P("mod", N.Prj(0, s), i64(2)), i64(0)),
+                                  P("floordiv", N.Prj(0, s), i64(2)),
+                                  P("add", P("mul", N.Prj(0, s), i64(3)), i64(1))),
+                           P("add", N.Prj(1, s), i64(1))))),
+                       N.Tuple((n, i64(0))))
+        # the untaken branch reads out of bounds: never evaluated, never reported
+        safe = N.Cond(P("lt", i, dim(a, 0)), at(a, i), at(a, P("add", i, i64(1000))))
+        return P("add", N.Prj(1, loop), P("mul", safe, i64(0)))
+    o = av(int64, 1)
+    kp = kprog((a,), [KGenerate((o,), sh(dim(a, 0)), ix_lam(1, body))], o)
+    x = np.arange(1, 40, dtype=np.int64)
+    got, want = both(kp, [x], check_bounds=True)
+    assert_same(got, want)
+    assert got[26] == 111  # 27 takes 111 steps
+
+
+# --------------------------------------------------------------------------- fold
+
+
+def _fold_prog(rank, f, z, elt):
+    a = av(elt, rank, "x")
+    o = av(elt, rank - 1, "o")
+    outer = sh(*(dim(a, k) for k in range(rank - 1)))
+    src = lam((shape_type(rank),), lambda i: N.Index(a, i))
+    return kprog((a,), [KFold(o, outer, dim(a, rank - 1), f, z, src)], o)
+
+
+def test_fold_rows_and_full_reduction_float():
+    add = lam((float64, float64), lambda x, y: P("add", x, y))
+    kp = _fold_prog(2, add, f64(0.5), float64)
+    rng = np.random.default_rng(1)
+    for shape in [(3, 5), (200, 3), (2, 100_000), (0, 4), (4, 0)]:
+        x = rng.standard_normal(shape)
+        got, want = both(kp, [x])
+        assert_same(got, want, rtol=1e-12, atol=1e-9)
+    kp1 = _fold_prog(1, lam((float64, float64), lambda x, y: P("max", x, y)), None, float64)
+    for n in [1, 7, 1_000_001]:
+        x = rng.standard_normal(n)
+        got, want = both(kp1, [x])
+        assert_same(got, want)
+    x = rng.standard_normal(50_000)
+    x[12345] = np.nan
+    assert np.isnan(prepare_kernels(kp1)([x]))
+    with pytest.raises(ShapeError):
+        prepare_kernels(kp1)([np.zeros(0)])
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunk long folds/scans and parallel scatters from small sizes (fast references)."""
+    monkeypatch.setattr(codegen, "FOLD_CHUNK_MIN_N", 100)
+    monkeypatch.setattr(codegen, "SCAN_CHUNK_MIN_N", 100)
+    monkeypatch.setattr(codegen, "PERMUTE_PAR_MIN_SRC", 100)
+
+
+def test_chunked_fold_non_commutative_gives_sequential_result(small_chunks):
+    """A long 1-D fold of 2x2 integer matrix products is chunked (64 chunks folded in
+    parallel, then combined in order): exact equality with the sequential product."""
+    z = N.Tuple((i64(1), i64(2), i64(0), i64(1)))  # not the identity: chunk 0 starts from z
+    kp = _fold_prog(1, matmul2(), z, compose_t())
+    for n in [0, 5, 99, 100, 129, 1000]:
+        x = mats(n, n)
+        got, want = both(kp, [x])
+        assert_same(got, want)
+    x = mats(200_001, 1)  # against a plain sequential loop
+    got = prepare_kernels(kp)([x])
+    assert tuple(int(g) for g in got) == seq_matprod(x, (1, 2, 0, 1))[-1]
+    # a few long rows (each chunked) and fold1
+    kp2 = _fold_prog(2, matmul2(), None, compose_t())
+    x = tuple(c.reshape(3, 400) for c in mats(1200, 7))
+    got, want = both(kp2, [x])
+    assert_same(got, want)
+
+
+def _wrap(v):
+    v &= (1 << 64) - 1
+    return v - (1 << 64) if v >> 63 else v
+
+
+def seq_matprod(x, z=None, left=True):
+    """All partial products (scan order) of the 2x2 matrices ``x`` with int64 wrap-around."""
+    ms = list(zip(*(c.tolist() for c in x)))
+    if not left:
+        ms = ms[::-1]
+    acc = z
+    out = []
+    for m in ms:
+        if acc is None:
+            acc = m
+        else:
+            a, b = (acc, m) if left else (m, acc)
+            acc = (_wrap(a[0] * b[0] + a[1] * b[2]), _wrap(a[0] * b[1] + a[1] * b[3]),
+                   _wrap(a[2] * b[0] + a[3] * b[2]), _wrap(a[2] * b[1] + a[3] * b[3]))
+        out.append(acc)
+    return out
+
+
+# --------------------------------------------------------------------------- scan
+
+
+def _scan_prog(rank, f, z, left, elt):
+    a = av(elt, rank, "x")
+    o = av(elt, rank, "o")
+    outer = sh(*(dim(a, k) for k in range(rank - 1)))
+    src = lam((shape_type(rank),), lambda i: N.Index(a, i))
+    return kprog((a,), [KScan(o, outer, dim(a, rank - 1), f, z, src, left)], o)
+
+
+@pytest.mark.parametrize("left", [True, False])
+def test_scans_long_1d_chunked_non_commutative(left, small_chunks):
+    """Single-row scans of 2x2 integer matrix products, chunked in three phases from
+    n >= 100 here: exact equality with the sequential scan."""
+    zv = (2, 1, 1, 1)
+    for z in (zv, None):
+        zz = None if z is None else N.Tuple(tuple(i64(v) for v in z))
+        kp = _scan_prog(1, matmul2(), zz, left, compose_t())
+        for n in [0, 1, 6, 100, 131, 700]:
+            x = mats(n, n + 1)
+            got, want = both(kp, [x])
+            assert_same(got, want)
+        x = mats(100_003, 3)
+        got = prepare_kernels(kp)([x])
+        ref = seq_matprod(x, z, left)
+        if z is not None:
+            ref = [z] + ref
+        if not left:
+            ref = ref[::-1]
+        assert [tuple(int(c[k]) for c in got) for k in (0, 1, 50_000, len(ref) - 1)] == \
+            [ref[k] for k in (0, 1, 50_000, len(ref) - 1)]
+        np.testing.assert_array_equal(got[2], [r[2] for r in ref])
+
+
+@pytest.mark.parametrize("left,z", [(True, None), (False, 1.5)])
+def test_scans_rows(left, z):
+    f = lam((float64, float64), lambda x, y: P("add", P("mul", x, f64(0.5)), y))
+    kp = _scan_prog(2, f, None if z is None else f64(z), left, float64)
+    rng = np.random.default_rng(3)
+    for shape in [(4, 6), (100, 1), (3, 0), (0, 3)]:
+        x = rng.standard_normal(shape)
+        got, want = both(kp, [x])
+        assert_same(got, want, rtol=1e-13, atol=1e-13)
+
+
+# --------------------------------------------------------------------------- permute
+
+
+def _permute_prog(comb, elt, tgt_fn, default):
+    src = av(elt, 1, "s")
+    idx = av(int64, 1, "t")
+    n = av(int64, 0, "n")  # the number of targets
+    o = av(elt, 1, "o")
+    target = ix_lam(1, lambda i: N.Tuple((tgt_fn(at(idx, i)), sh(at(idx, i)))))
+    step = KPermute(o, sh(at(n)), ix_lam(1, lambda i: default), sh(dim(src, 0)), target,
+                    ix_lam(1, lambda i: at(src, i)), comb)
+    return kprog((src, idx, n), [step], o)
+
+
+def test_permute_add_many_collisions_matches_add_at(small_chunks):
+    kp = _permute_prog(lam((float64, float64), lambda x, y: P("add", y, x)), float64,
+                       lambda t: P("ge", t, i64(0)), f64(1.0))
+    rng = np.random.default_rng(5)
+    for n_src, n_tgt in [(10, 4), (1_000_000, 16), (200_000, 50_000), (0, 3), (5, 0),
+                         (500, 20)]:
+        t = rng.integers(-1, n_tgt, n_src) if n_tgt else -np.ones(n_src, dtype=np.int64)
+        v = rng.standard_normal(n_src)
+        ref = np.ones(n_tgt)
+        np.add.at(ref, t[t >= 0], v[t >= 0])
+        got, want = both(kp, [v, t, np.array(n_tgt)])
+        np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9)
+        assert_same(got, want, rtol=1e-9, atol=1e-9)
+
+
+def test_permute_max_int_and_non_recognised_combination():
+    kp = _permute_prog(lam((int32, int32), lambda x, y: P("max", x, y)), int32,
+                       lambda t: N.Const(True, bool_), N.Const(-5, int32))
+    rng = np.random.default_rng(6)
+    for n_src in [100, 300_000, 20_000]:
+        t = rng.integers(0, 1000, n_src)
+        v = rng.integers(-2**31, 2**31 - 1, n_src).astype(np.int32)
+        got, want = both(kp, [v, t, np.array(1000)])
+        assert_same(got, want)
+    pair = TupleT((float64, int64))
+    comb = lam((pair, pair), lambda x, y: N.Tuple((P("add", N.Prj(0, x), N.Prj(0, y)),
+                                                   P("add", N.Prj(1, x), N.Prj(1, y)))))
+    kp2 = _permute_prog(comb, pair, lambda t: P("ne", P("mod", t, i64(3)), i64(0)),
+                        N.Tuple((f64(0.0), i64(0))))
+    t = rng.integers(0, 10, 1000)
+    v = (rng.standard_normal(1000), rng.integers(0, 100, 1000))
+    got, want = both(kp2, [v, t, np.array(10)])
+    assert_same(got, want, rtol=1e-12, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+def _gather_prog():
+    a = av(float64, 2, "arr")
+    idx = av(int64, 1, "ix")
+    o = av(float64, 1)
+    f = ix_lam(1, lambda i: at(a, at(idx, i), i64(1)))
+    return kprog((a, idx), [KGenerate((o,), sh(dim(idx, 0)), f)], o)
+
+
+def test_check_bounds_raises_out_of_bounds_error():
+    kp = _gather_prog()
+    r = prepare_kernels(kp, True)
+    a = np.arange(12.0).reshape(4, 3)
+    np.testing.assert_array_equal(r([a, np.array([3, 0, 2])]), a[[3, 0, 2], 1])
+    for bad in ([0, 4], [-1, 2]):  # never wraps around
+        with pytest.raises(OutOfBoundsError, match=r"array arr\d+.*shape \(4, 3\)") as e:
+            r([a, np.array(bad)])
+        assert str(bad[-1] if bad[0] == 0 else bad[0]) in str(e.value)
+    assert isinstance(e.value, IndexError)
+    r0 = prepare_kernels(kp, False)
+    assert "err[0]" not in r0.gen.source and "err[0]" in r.gen.source
+    np.testing.assert_array_equal(r0([a, np.array([1, 2])]), a[[1, 2], 1])
+
+
+def test_check_bounds_permute_target():
+    kp = _permute_prog(lam((float64, float64), lambda x, y: P("add", x, y)), float64,
+                       lambda t: N.Const(True, bool_), f64(0.0))
+    r = prepare_kernels(kp, True)
+    with pytest.raises(OutOfBoundsError, match=r"permute.*\(7,\).*\(5,\)"):
+        r([np.ones(3), np.array([0, 7, 1]), np.array(5)])
+    with pytest.raises(OutOfBoundsError):
+        r([np.ones(3), np.array([0, -1, 1]), np.array(5)])
+    np.testing.assert_array_equal(r([np.ones(3), np.array([0, 4, 0]), np.array(5)]),
+                                  [2, 0, 0, 0, 1])
+
+
+def test_host_shape_expressions_read_arrays():
+    """Shapes are host expressions that may Index manifest arrays (always checked)."""
+    a = av(int64, 1, "n")
+    o = av(float64, 2)
+    f = ix_lam(2, lambda i, j: P("to_float64", P("sub", i, j)))
+    kp = kprog((a,), [KGenerate((o,), sh(at(a, 0), P("add", at(a, 1), i64(1))), f)], o)
+    got, want = both(kp, [np.array([2, 3])])
+    assert_same(got, want)
+    with pytest.raises(ShapeError):
+        prepare_kernels(kp)([np.array([-2, 3])])
+    with pytest.raises(OutOfBoundsError):
+        prepare_kernels(kp)([np.array([2])])
+
+
+# --------------------------------------------------------------------------- control flow
+
+
+def _control_prog():
+    """acond on the sum, then awhile doubling until the total exceeds a use'd limit (at
+    most 12 times)."""
+    x = av(float64, 1, "x")
+    lim = av(float64, 0, "lim")
+    s = av(float64, 0, "s")
+    add = lam((float64, float64), lambda p, q: P("add", p, q))
+    src1 = lam((shape_type(1),), lambda i: N.Index(x, i))
+    fold = KFold(s, sh(), dim(x, 0), add, f64(0.0), src1)
+    # acond: if sum > 0 then x * 2 else x - 1 (as a generate in each branch)
+    t_o, e_o = av(float64, 1), av(float64, 1)
+    tb = KBlock((KGenerate((t_o,), sh(dim(x, 0)), ix_lam(1, lambda i: P("mul", at(x, i),
+                                                                         f64(2.0)))),), (t_o,))
+    eb = KBlock((KGenerate((e_o,), sh(dim(x, 0)), ix_lam(1, lambda i: P("sub", at(x, i),
+                                                                         f64(1.0)))),), (e_o,))
+    y = av(float64, 1, "y")
+    acond = KAcond((y,), P("gt", at(s), f64(0.0)), tb, eb)
+    # awhile over (array, counter): while sum(arr) < lim: arr = arr * 2 + 1, k = k + 1
+    pa, pk = av(float64, 1, "pa"), av(int64, 0, "pk")
+    ps, pc = av(float64, 0), av(bool_, 0)
+    cond = KBlock((KFold(ps, sh(), dim(pa, 0), add, f64(0.0),
+                         lam((shape_type(1),), lambda i: N.Index(pa, i))),
+                   KGenerate((pc,), sh(), ix_lam(0, lambda: P("and", P("lt", at(ps), at(lim)),
+                                                              P("lt", at(pk), i64(12)))))),
+                  (pc,))
+    na, nk = av(float64, 1), av(int64, 0)
+    body = KBlock((KGenerate((na,), sh(dim(pa, 0)), ix_lam(1, lambda i: P(
+        "add", P("mul", at(pa, i), f64(2.0)), f64(1.0)))),
+        KGenerate((nk,), sh(), ix_lam(0, lambda: P("add", at(pk), i64(1))))), (na, nk))
+    k0 = av(int64, 0)
+    fa, fk = av(float64, 1), av(int64, 0)
+    steps = [KUse(lim, np.array(1000.0)), fold, acond,
+             KGenerate((k0,), sh(), ix_lam(0, lambda: i64(0))),
+             KAwhile((fa, fk), (pa, pk), cond, body, (y, k0))]
+    return kprog((x,), steps, (fa, fk, lim, s))
+
+
+def test_acond_awhile_use():
+    kp = _control_prog()
+    for x in [np.array([1.0, 2.0, 3.0]), np.array([-5.0, 1.0]), np.zeros(0),
+              np.array([5000.0])]:
+        got, want = both(kp, [x])
+        assert_same(got, want)
+    r = prepare_kernels(kp)
+    a, b = r([np.ones(2)])[2], r([np.ones(2)])[2]
+    assert a.shape == () and a == 1000.0 and a is not b  # use'd constants are copied out
+    a[...] = 0
+    assert r([np.ones(2)])[2] == 1000.0
+    assert r.stats()["kernels"] == 8
+
+
+# --------------------------------------------------------------------------- caching
+
+
+def test_stats_and_in_memory_cache():
+    kp = _gather_prog()
+    r1 = prepare_kernels(kp, False)
+    r1([np.ones((2, 2)), np.array([1])])
+    st = r1.stats()
+    assert st["kernels"] == 1 and st["compile_seconds"] >= 0
+    r2 = prepare_kernels(_gather_prog(), False)  # same structure, fresh variable names
+    assert r2.module is r1.module
+    r2([np.ones((2, 2)), np.array([1])])
+    assert r2.stats()["compile_seconds"] < 0.05
+
+
+_SUBPROCESS = """
+import sys
+sys.path[:0] = [{root!r}, {tests!r}]
+import numpy as np
+import os
+import test_cpu_backend as t  # (sets its own cache directory: use the parent's)
+os.environ["ACCEL_CACHE_DIR"] = {cache!r}
+from backends.cpu import prepare_kernels
+kp = t._fold_prog(2, t.matmul2(), None, t.compose_t())
+r = prepare_kernels(kp)
+x = tuple(c.reshape(2, 3) for c in t.mats(6))
+out = r([x])
+print(r.stats()["numba_cache_hits"], int(out[0][0]))
+"""
+
+
+def test_disk_cache_in_a_new_process():
+    kp = _fold_prog(2, matmul2(), None, compose_t())
+    x = tuple(c.reshape(2, 3) for c in mats(6))
+    want = prepare_kernels(kp)([x])
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = _SUBPROCESS.format(root=root, tests=os.path.join(root, "tests"), cache=_CACHE)
+    env = dict(os.environ, ACCEL_CACHE_DIR=_CACHE)
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    hits, v = res.stdout.split()
+    assert int(hits) >= 1  # loaded from numba's disk cache, not compiled
+    assert int(v) == int(want[0][0])
+
+
+def test_corrupted_cache_file_is_rebuilt():
+    kp = _gather_prog()
+    r = prepare_kernels(kp, True)
+    path = r.stats()["module"]
+    cache.clear_memory_cache()
+    with open(path, "w") as f:
+        f.write("this is not python (")
+    r2 = prepare_kernels(kp, True)
+    a = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(r2([a, np.array([1, 0])]), [4.0, 1.0])
+    with open(path) as f:
+        assert f.read() == r2.gen.source
+
+
+def test_generated_source_is_deterministic_and_names_free():
+    s1 = codegen.generate(_control_prog().body, True).source
+    s2 = codegen.generate(_control_prog().body, True).source
+    assert s1 == s2
+    assert "parallel=True" in s1 and 'error_model="numpy"' in s1 and "fastmath=False" in s1
+
+
+def test_inputs_are_not_mutated_and_results_do_not_alias():
+    a = av(float64, 1, "x")
+    kp = KernelProgram((a,), KBlock((), (a, a)), ATupleT((a.type, a.type)))
+    x = np.arange(3.0)
+    r = prepare_kernels(kp)(([x]))
+    assert not np.shares_memory(r[0], x) and not np.shares_memory(r[0], r[1])
+    r[0][0] = 99
+    assert x[0] == 0 and r[1][0] == 0
