@@ -251,7 +251,7 @@ def test_generate_rank2_tuple_elements_and_several_outputs():
                            P("mul", N.Prj(0, e), P("to_float64", P("add", i, j)))))
         return N.Tuple((swapped, P("to_float32", N.Prj(0, e))))
     kp = kprog((a,), [KGenerate((o1, o2), sh(dim(a, 0), dim(a, 1)), ix_lam(2, body))], (o1, o2))
-    for shape in [(3, 4), (1, 7), (0, 5), (5, 0)]:
+    for shape in [(3, 4), (1, 7), (0, 5), (5, 0), (70, 600)]:  # tiles of 32 x 256
         x = (np.arange(np.prod(shape), dtype=np.float64).reshape(shape) * 0.5,
              np.arange(np.prod(shape), dtype=np.int32).reshape(shape))
         got, want = both(kp, [x])
@@ -515,15 +515,17 @@ def test_check_bounds_permute_target():
 def test_host_shape_expressions_read_arrays():
     """Shapes are host expressions that may Index manifest arrays (always checked)."""
     a = av(int64, 1, "n")
-    o = av(float64, 2)
-    f = ix_lam(2, lambda i, j: P("to_float64", P("sub", i, j)))
-    kp = kprog((a,), [KGenerate((o,), sh(at(a, 0), P("add", at(a, 1), i64(1))), f)], o)
-    got, want = both(kp, [np.array([2, 3])])
-    assert_same(got, want)
+    o = av(float64, 3)
+    f = ix_lam(3, lambda i, j, k: P("to_float64", P("sub", P("mul", i, j), k)))
+    kp = kprog((a,), [KGenerate((o,), sh(at(a, 0), P("add", at(a, 1), i64(1)), at(a, 2)),
+                                f)], o)
+    for dims in ([2, 3, 4], [3, 40, 300], [0, 2, 2], [2, 0, 3]):
+        got, want = both(kp, [np.array(dims)])
+        assert_same(got, want)
     with pytest.raises(ShapeError):
-        prepare_kernels(kp)([np.array([-2, 3])])
+        prepare_kernels(kp)([np.array([-2, 3, 1])])
     with pytest.raises(OutOfBoundsError):
-        prepare_kernels(kp)([np.array([2])])
+        prepare_kernels(kp)([np.array([2, 1])])
 
 
 # --------------------------------------------------------------------------- control flow

@@ -45,6 +45,8 @@ SCAN_CHUNK_MIN_N = 16384
 PERMUTE_CHUNKS = 16  # private buffers of the parallel scatter
 PERMUTE_PAR_MIN_SRC = 16384  # smaller sources scatter serially
 PERMUTE_PAR_MAX_PRIV = 1 << 24  # elements of private buffers at most
+TILE_ROWS = 32  # tiles of rank >= 2 generates (last two dimensions)
+TILE_COLS = 256
 ERR_SIZE = 16  # err[0] = failing site (1-based), err[1:] = its index
 
 DECORATOR = ('@nb.njit(parallel=True, error_model="numpy", fastmath=False, cache=True, '
@@ -558,20 +560,51 @@ def _out_names(k: int, t) -> list:
 
 
 def gen_generate(s: KGenerate, check: bool):
+    """Rank 0 and 1: a parallel loop over the elements.  Rank >= 2: a parallel loop over
+    tiles of ``TILE_ROWS x TILE_COLS`` of the last two dimensions (times the outer
+    indices), so that no division is needed per element and gathers along either of the
+    last two dimensions stay cache-friendly."""
     g = KernelGen(check)
     rank = len(s.shape.type.items)
-    n = g.slot(("size",))
     dims = [g.slot(("out", d)) for d in range(rank)]
     outs = [_out_names(k, o.type) for k, o in enumerate(s.outs)]
-    k = g.fresh("k")
-    g.emit(f"for {k} in prange({n}):")
+
+    def body(ix, k):
+        v = g.apply(s.f, (tuple(ix),))
+        comps = (v,) if len(s.outs) == 1 else v
+        for bufs, o, c in zip(outs, s.outs, comps):
+            g.store(bufs, k, leaves(o.type.elt), c)
+        g.emit("pass")
+
+    if rank < 2:
+        k = g.fresh("k")
+        g.emit(f"for {k} in prange({g.slot(('size',))}):")
+        g.ind += 1
+        body([k] if rank else [], k)
+        return g, [b for bs in outs for b in bs], {}
+    no, nrt, nct = g.slot(("outer",)), g.slot(("nrt",)), g.slot(("nct",))
+    R, C = dims[-2], dims[-1]
+    t, ct, q, rt, o = (g.fresh(x) for x in ("t", "ct", "q", "rt", "o"))
+    i0, i1, j0, j1, i, j, rb, k = (g.fresh(x) for x in ("i", "i", "j", "j", "i", "j", "rb",
+                                                        "k"))
+    g.emit(f"for {t} in prange({no} * {nrt} * {nct}):")
     g.ind += 1
-    ix = g.unravel(k, dims)
-    v = g.apply(s.f, (tuple(ix),))
-    comps = (v,) if len(s.outs) == 1 else v
-    for bufs, o, c in zip(outs, s.outs, comps):
-        g.store(bufs, k, leaves(o.type.elt), c)
-    g.emit("pass")
+    g.emit(f"{ct} = {t} % {nct}")
+    g.emit(f"{q} = {t} // {nct}")
+    g.emit(f"{rt} = {q} % {nrt}")
+    g.emit(f"{o} = {q} // {nrt}")
+    oix = g.unravel(o, dims[:-2])
+    g.emit(f"{i0} = {rt} * {TILE_ROWS}")
+    g.emit(f"{i1} = min({i0} + {TILE_ROWS}, {R})")
+    g.emit(f"{j0} = {ct} * {TILE_COLS}")
+    g.emit(f"{j1} = min({j0} + {TILE_COLS}, {C})")
+    g.emit(f"for {i} in range({i0}, {i1}):")
+    g.ind += 1
+    g.emit(f"{rb} = ({o} * {R} + {i}) * {C}")
+    g.emit(f"for {j} in range({j0}, {j1}):")
+    g.ind += 1
+    g.emit(f"{k} = {rb} + {j}")
+    body(oix + [i, j], k)
     return g, [b for bs in outs for b in bs], {}
 
 

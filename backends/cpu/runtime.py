@@ -61,7 +61,8 @@ def _shown(ix: tuple) -> str:
 
 
 def _input(v, t, what: str) -> ArrVal:
-    """A caller's argument as an ``ArrVal`` of type ``t`` (always copied)."""
+    """A caller's argument as an ``ArrVal`` of type ``t`` (flat views or canonical copies;
+    never written to)."""
     if not isinstance(t, ArrayT):
         raise ProgramTypeError(f"{what}: parameter of non-array type {t!r}")
     bufs, shapes = [], []
@@ -86,7 +87,13 @@ def _input(v, t, what: str) -> ArrVal:
         if arr.ndim != t.rank:
             raise ShapeError(f"{what}: expected an array of rank {t.rank}, got shape {arr.shape}")
         shapes.append(arr.shape)
-        bufs.append(np.array(arr, dtype=s.dtype, copy=True, order="C").reshape(-1))
+        # Kernels never write to their inputs, so a C-contiguous, writeable array of the
+        # right dtype is used in place (read-only arrays would make numba compile another
+        # specialisation); results that are inputs are copied on the way out.
+        buf = np.ascontiguousarray(arr, dtype=s.dtype)
+        if not buf.flags.writeable:
+            buf = buf.copy()
+        bufs.append(buf.reshape(-1))
 
     leaf(v, t.elt, ())
     if shapes:
@@ -161,11 +168,12 @@ class Runner:
             self._block(self.kp.body, env)
         res = [env[r.name] for r in self.kp.body.result]
         self._calls += 1
-        return self._outputs(res)
+        return self._outputs(res, [env[p.name] for p in params])
 
-    def _outputs(self, res: list):
-        # Parameters were copied on entry; constants and repeated results are copied here.
+    def _outputs(self, res: list, inputs: list):
+        # Results that are (views of) inputs or constants, or repeated, are copied here.
         protected = {id(b) for v in self._uses.values() for b in v.leaves}
+        protected.update(id(b) for v in inputs for b in v.leaves)
         seen: set = set()
 
         def out(v: ArrVal, t):
@@ -224,6 +232,10 @@ class Runner:
             shape = _shape_of(ev(s.shape), "generate")
             size = _size(shape)
             outs = [self._alloc(o.type, shape, size) for o in s.outs]
+            if len(shape) >= 2:
+                vals[("outer",)] = _size(shape[:-2])
+                vals[("nrt",)] = -(-shape[-2] // codegen.TILE_ROWS)
+                vals[("nct",)] = -(-shape[-1] // codegen.TILE_COLS)
         elif isinstance(s, (KFold, KScan)):
             op = "fold" if isinstance(s, KFold) else "scan"
             shape = _shape_of(ev(s.shape), op)
