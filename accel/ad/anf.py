@@ -85,7 +85,10 @@ class AFlattener:
             return tuple(self.go(i, env) for i in a.items)
         if isinstance(a, N.APrj):
             return self.go(a.tup, env)[a.index]
-        sub = {k: v for k, v in env.items() if isinstance(v, N.Avar)}
+        # a lambda body (Awhile) may use an outer variable bound to a tuple of arrays
+        # (the empty tuple, for instance): substitute the tuple, whose leaves are variables
+        sub = {k: v if isinstance(v, N.Avar) else tree_term(v) for k, v in env.items()
+               if isinstance(v, (N.Avar, tuple))}
         if isinstance(a, N.Acond):
             c = substitute(a.c, sub)
             return self.bind(ACondB(c, aflatten(a.t, env), aflatten(a.e, env)), a.type)

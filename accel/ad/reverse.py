@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..ast import nodes as N
 from ..ast.traverse import free_vars, freshen
-from ..ast.types import ArrayT, Scalar, TupleT, bool_, int64, shape_type
+from ..ast.types import ArrayT, Scalar, TupleT, bool_, has_float, int64, shape_type
 from ..errors import NotDifferentiableError
 from . import expr as X
 from .recurrences import recurrence_dual
@@ -496,7 +496,8 @@ def _activity(blk: ABlock, active: set):
             _activity(b.op.t, active)
             _activity(b.op.e, active)
         if free_vars(bind_term(b)) & active:
-            active.update(o.name for o in b.outs)
+            # integer and bool arrays carry no derivative, whatever they are computed from
+            active.update(o.name for o in b.outs if has_float(o.type))
 
 
 def _rebuild_primal(blk: ABlock, replace: dict, needed: set) -> ABlock:
