@@ -67,6 +67,22 @@ def free_vars(n: Node) -> frozenset:
     fv = n.__dict__.get("_fv")
     if fv is not None:
         return fv
+    # Fill the caches of the descendants deepest first, so that deep trees do not recurse.
+    stack = [(n, False)]
+    while stack:
+        x, expanded = stack.pop()
+        if "_fv" in x.__dict__:
+            continue
+        if expanded:
+            _free_vars1(x)
+        else:
+            stack.append((x, True))
+            stack.extend((c, False) for c in children(x) if "_fv" not in c.__dict__)
+    return n.__dict__["_fv"]
+
+
+def _free_vars1(n: Node) -> frozenset:
+    """``free_vars`` for a node whose children's free variables are cached."""
     if isinstance(n, (Var, Avar)):
         fv = frozenset([n.name])
     elif isinstance(n, (Let, Alet)):
@@ -152,7 +168,7 @@ def freshen(n: Node) -> Node:
 
 def count_nodes(n: Node) -> int:
     """The number of nodes in the tree (shared subtrees counted each time)."""
-    return 1 + sum(count_nodes(c) for c in children(n))
+    return sum(1 for _ in walk(n))
 
 
 def walk(n: Node):
