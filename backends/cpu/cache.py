@@ -27,33 +27,35 @@ import numba
 
 from accel.errors import BackendError
 
-_modules: dict = {}  # sha256 -> module
+_modules: dict = {}  # module name (backend kind + sha256) -> module
 _lock = threading.RLock()
 
 
-def cache_dir() -> Path:
-    """``$ACCEL_CACHE_DIR`` or ``$XDG_CACHE_HOME/accel/<version>-numba<version>/cpu``."""
+def cache_dir(kind: str = "cpu") -> Path:
+    """``$ACCEL_CACHE_DIR`` or ``$XDG_CACHE_HOME/accel/<version>-numba<version>/<kind>``
+    (``kind`` is the backend: ``cpu`` or ``cuda``; file names carry it too)."""
     d = os.environ.get("ACCEL_CACHE_DIR")
     if d:
         return Path(d)
     import accel
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "accel" / f"{accel.__version__}-numba{numba.__version__}" / "cpu"
+    return Path(base) / "accel" / f"{accel.__version__}-numba{numba.__version__}" / kind
 
 
 def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
-def _usable_dir() -> Path:
-    d = cache_dir()
+def _usable_dir(kind: str = "cpu") -> Path:
+    d = cache_dir(kind)
     try:
         d.mkdir(parents=True, exist_ok=True)
         if os.access(d, os.W_OK):
             return d
     except OSError:
         pass
-    d = Path(tempfile.gettempdir()) / f"accel-cpu-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    d = Path(tempfile.gettempdir()) / f"accel-{kind}-{uid}"
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -110,15 +112,16 @@ def _exec(name: str, path: Path, source: str):
     return mod
 
 
-def load(source: str):
-    """The module for ``source`` (from memory, from disk, or written now)."""
+def load(source: str, kind: str = "cpu"):
+    """The module for ``source`` (from memory, from disk, or written now); ``kind`` names
+    the backend (module name ``accel_<kind>_<hash>``, cache directory ``<kind>``)."""
     h = source_hash(source)
+    name = f"accel_{kind}_{h[:32]}"
     with _lock:
-        mod = _modules.get(h)
+        mod = _modules.get(name)
         if mod is not None:
             return mod
-        name = f"accel_cpu_{h[:32]}"
-        path = _usable_dir() / f"{name}.py"
+        path = _usable_dir(kind) / f"{name}.py"
         _ensure_file(path, source)
         try:
             mod = _exec(name, path, source)
@@ -131,15 +134,15 @@ def load(source: str):
             try:
                 mod = _exec(name, path, source)
             except Exception as e2:
-                raise BackendError(f"cpu backend: cannot load generated module {path}: "
+                raise BackendError(f"{kind} backend: cannot load generated module {path}: "
                                    f"{e2}") from e
-        _modules[h] = mod
+        _modules[name] = mod
         return mod
 
 
 def clear_memory_cache() -> None:
     """Forget the in-memory modules (for tests: the next ``load`` uses the disk)."""
     with _lock:
-        for h in list(_modules):
-            sys.modules.pop(f"accel_cpu_{h[:32]}", None)
+        for name in list(_modules):
+            sys.modules.pop(name, None)
         _modules.clear()
