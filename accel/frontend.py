@@ -23,7 +23,7 @@ import numpy as np
 
 from .ast import nodes as N
 from .ast.types import (ArrayT, ATupleT, Scalar, TupleT, bool_, float64, int32, int64,
-                        scalar_of_dtype, shape_type)
+                        scalar_of_dtype)
 from .errors import AccelError, ProgramTypeError, ShapeError
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -252,10 +252,31 @@ def to_term(x, expect=None) -> N.Exp:
     raise ProgramTypeError(f"cannot use {type(x).__name__} value {x!r} in an accel expression")
 
 
+_NUMBER = (bool, int, float, np.number, np.bool_)
+
+
+def lift_like(xs) -> list[N.Exp]:
+    """Terms of values that must have one type (operands, branches).
+
+    Python numbers take the type of an ``Exp`` among ``xs``; if there is none, their
+    common NumPy type (``A.cond(c, 1, 0.5)`` is float64).  Tuples lift componentwise.
+    """
+    xs = list(xs)
+    if xs and all(isinstance(x, tuple) for x in xs) and len({len(x) for x in xs}) == 1:
+        cols = [lift_like([x[i] for x in xs]) for i in range(len(xs[0]))]
+        return [N.Tuple(tuple(c[j] for c in cols)) for j in range(len(xs))]
+    ty = next((x.term.type for x in xs if isinstance(x, Exp)), None)
+    if ty is None and len(xs) > 1 and all(isinstance(x, _NUMBER) for x in xs):
+        try:
+            ty = scalar_of_dtype(np.result_type(*xs))
+        except (KeyError, TypeError):
+            ty = None
+    return [to_term(x, ty if not isinstance(x, Exp) else None) for x in xs]
+
+
 def _unify(op: str, xs: tuple) -> list[N.Exp]:
     """Terms of the operands, lifting Python numbers to the type of an Exp operand."""
-    ty = next((x.term.type for x in xs if isinstance(x, Exp)), None)
-    return [to_term(x, ty if not isinstance(x, Exp) else None) for x in xs]
+    return lift_like(xs)
 
 
 def prim(op: str, *xs) -> "Exp":

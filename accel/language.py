@@ -11,8 +11,8 @@ from .ast import nodes as N
 from .ast.types import ArrayT, ATupleT, Scalar, TupleT, bool_, float64, int64, shape_type
 from .errors import ProgramTypeError
 from .frontend import (Acc, All, Exp, _acc, _All, _Ignore, _MaybeIndex, _require_array_level,
-                       array_term, bind_array, from_term, located, prim, shape_term, to_term,
-                       trace_alam, trace_lam, _bind_exp)
+                       array_term, bind_array, from_term, lift_like, located, prim,
+                       shape_term, to_term, trace_alam, trace_lam, _bind_exp)
 
 # --------------------------------------------------------------------------- arrays
 
@@ -339,12 +339,7 @@ def cond(c, t, e):
     ct = to_term(c, bool_)
     if ct.type != bool_:
         raise ProgramTypeError(f"cond: the condition must be bool, got {ct.type!r}")
-    if isinstance(t, Exp) or not isinstance(e, Exp):
-        tt = to_term(t)
-        et = to_term(e, tt.type)
-    else:
-        et = to_term(e)
-        tt = to_term(t, et.type)
+    tt, et = lift_like((t, e))
     if tt.type != et.type:
         raise ProgramTypeError(f"cond: branches have different types {tt.type!r} and "
                                f"{et.type!r}")

@@ -816,6 +816,12 @@ def test_cond_per_element(x):
 
 def test_cond_with_python_branches_and_python_condition():
     x = np.array([-1.0, 2.0])
+    # Python numbers of different kinds in both branches take their common type
+    check(run(lambda a: A.map(lambda v: A.cond(v > 0, 1, 0.5), a), x), np.array([0.5, 1.0]))
+    check(run(lambda a: A.map(lambda v: A.cond(v > 0, (1, v), (0.5, 0)), a), x)[0],
+          np.array([0.5, 1.0]))
+    check(run(lambda a: A.map(lambda v: v + A.max(1, 2.5), a), x), x + 2.5)
+    check(run(lambda a: A.map(lambda v: A.cond(v > 0, 1, 0), a), x), np.array([0, 1]))
     check(run(lambda a: A.map(lambda v: A.cond(v > 0, 1.0, v), a), x), np.array([-1.0, 1.0]))
     check(run(lambda a: A.map(lambda v: A.cond(v > 0, v, 0), a), x), np.array([0.0, 2.0]))
     check(run(lambda a: A.map(lambda v: A.cond(True, v, 0.0), a), x), x)
