@@ -13,7 +13,7 @@ import numpy as np
 
 from ..ast import nodes as N
 from ..ast.types import ArrayT, ATupleT, Scalar, TupleT, float64
-from ..errors import NotDifferentiableError, ProgramTypeError
+from ..errors import NotDifferentiableError, ProgramTypeError, ShapeError
 from ..frontend import (Acc, Exp, _acc, _bind_exp, _current, _Open, arg_type, call_program,
                         from_term, located, to_term, trace_lam, trace_program)
 from . import reverse
@@ -182,6 +182,7 @@ def vjp(f, *args):
     if traced:
         outs = call_program(prog, list(args))
 
+        @located
         def pullback(cts):
             r = call_program(vprog, list(args) + ct_leaves(cts))
             r = r if isinstance(r, tuple) else (r,)
@@ -192,8 +193,16 @@ def vjp(f, *args):
     backend = default_backend()
     outs = run(lambda *a: call_program(prog, list(a)), *args, backend=backend)
 
+    outs_leaves = list(outs) if nested else [outs]
+
+    @located
     def pullback_np(cts):
         cl = [np.asarray(c) for c in ct_leaves(cts)]
+        for i, (c, o) in enumerate(zip(cl, outs_leaves)):
+            o = np.asarray(o)
+            if c.shape != o.shape:
+                raise ShapeError(f"vjp pullback: cotangent {i} has shape {c.shape}, but the "
+                                 f"output has shape {o.shape}")
         r = run(lambda *a: call_program(vprog, list(a)), *args, *cl, backend=backend)
         r = r if isinstance(r, tuple) else (r,)
         return assemble(r[n_out:], lambda i: np.zeros_like(np.asarray(args[i])))

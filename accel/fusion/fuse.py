@@ -370,8 +370,14 @@ def _merge(a: KGenerate, b: KGenerate) -> KGenerate:
 
 def fuse(prog: N.Program) -> KernelProgram:
     """The kernel program of an (optimised) AST program."""
-    blk = aflatten(prog.body, {})
-    uses = Uses()
-    uses.block(blk)
-    body = Fuser(uses).block(blk)
-    return KernelProgram(tuple(prog.params), body, prog.type)
+    import sys
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 100_000))  # long chains of fused producers nest deeply
+    try:
+        blk = aflatten(prog.body, {})
+        uses = Uses()
+        uses.block(blk)
+        body = Fuser(uses).block(blk)
+        return KernelProgram(tuple(prog.params), body, prog.type)
+    finally:
+        sys.setrecursionlimit(limit)
