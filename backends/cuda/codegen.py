@@ -103,7 +103,48 @@ class CudaKernelGen(KernelGen):
 
     def __init__(self, check_bounds: bool):
         super().__init__(check_bounds)
+        self.lines: list = []  # the body of the (one) kernel function
+        self.ind = 1
         self.extra: list = []  # (name, descriptor) of extra array arguments after the outputs
+
+    # ---- statements.  The CPU emitter's expression methods write through these; they
+    # are defined here (not inherited) so that the CUDA dialect does not depend on how
+    # the CPU backend organises its functions or which casts it elides.
+
+    def emit(self, line: str) -> None:
+        if self.ind > 90:
+            raise BackendError("cuda backend: expression nesting too deep for generated code")
+        self.lines.append("    " * self.ind + line)
+
+    @staticmethod
+    def tc(t: Scalar, expr: str) -> str:
+        """Every value is cast to its accel type: typed NumPy scalars under the simulator
+        (IEEE arithmetic, wrap-around), and no numba int32 -> int64 promotion."""
+        return cast(t, expr)
+
+    def assign(self, t: Scalar, expr: str, name: str | None = None) -> str:
+        name = name or self.fresh()
+        self.emit(f"{name} = {cast(t, expr)}")
+        return name
+
+    def put(self, bufs: list, pos: str, ts: list, value) -> None:
+        """``bufs[k][pos] = value`` for each leaf (cast to its type)."""
+        for b, t, a in zip(bufs, ts, flat(value)):
+            self.emit(f"{b}[{pos}] = {cast(t, a)}")
+
+    def set_vars(self, names: list, ts: list, value) -> None:
+        for n, t, a in zip(names, ts, flat(value)):
+            self.assign(t, a, n)
+
+    def update(self, names: list, ts: list, value) -> None:
+        """Assign ``value`` to ``names`` simultaneously (its atoms may be those names)."""
+        atoms = flat(value)
+        if len(names) == 1:
+            self.assign(ts[0], atoms[0], names[0])
+            return
+        tmp = [self.assign(t, a) for t, a in zip(ts, atoms)]
+        for n, a in zip(names, tmp):
+            self.emit(f"{n} = {a}")
 
     # ---- values
 
@@ -264,7 +305,7 @@ def gen_generate(s: KGenerate, check: bool, block: int):
     v = g.apply(s.f, (tuple(ix),))
     comps = (v,) if len(s.outs) == 1 else v
     for bufs, o, c in zip(outs, s.outs, comps):
-        g.store(bufs, k, leaves(o.type.elt), c)
+        g.put(bufs, k, leaves(o.type.elt), c)
     g.emit("pass")
     types = [d for o in s.outs for d in _dtypes(o.type)]
     return g, [b for bs in outs for b in bs], types, {}
@@ -315,7 +356,7 @@ def gen_fold(s: KFold, check: bool, block: int):
     g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
     g.emit("pass")
     g.ind -= 1
-    g.store(shs, tid, ts, tuple(acc))
+    g.put(shs, tid, ts, tuple(acc))
     g.emit(f"{has}[{tid}] = {h}")
     g.emit("cuda.syncthreads()")
     w = g.fresh("w")
@@ -335,7 +376,7 @@ def gen_fold(s: KFold, check: bool, block: int):
     for a, b in zip(right, shs):
         g.emit(f"{a} = {b}[{tid} + {w}]")
     res = g.apply(s.f, (rebuild(elt, iter(left)), rebuild(elt, iter(right))))
-    g.store(shs, tid, ts, res)
+    g.put(shs, tid, ts, res)
     g.emit("pass")
     g.ind -= 1
     g.emit("else:")
@@ -352,7 +393,7 @@ def gen_fold(s: KFold, check: bool, block: int):
     fin = [g.fresh("v") for _ in ts]
     for a, b in zip(fin, shs):
         g.emit(f"{a} = {b}[0]")
-    g.store(outs, r, ts, tuple(fin))
+    g.put(outs, r, ts, tuple(fin))
     g.emit("pass")
     g.ind -= 1
     g.emit("cuda.syncthreads()")
@@ -389,19 +430,19 @@ def gen_scan(s: KScan, check: bool, block: int):
         g.ind += 1
     if hz:
         g.set_vars(acc, ts, g.exp(s.z))
-        g.store(outs, base if left else f"{base} + {n}", ts, tuple(acc))
+        g.put(outs, base if left else f"{base} + {n}", ts, tuple(acc))
         g.emit(f"{st} = 0" if left else f"{st} = {n} - 1")
     else:
         f0 = g.fresh("f")
         g.emit(f"{f0} = 0" if left else f"{f0} = {n} - 1")
         g.set_vars(acc, ts, g.apply(s.src, (tuple(ix + [f0]),)))
-        g.store(outs, f"{base} + {f0}", ts, tuple(acc))
+        g.put(outs, f"{base} + {f0}", ts, tuple(acc))
         g.emit(f"{st} = 1" if left else f"{st} = {n} - 2")
     j = g.fresh("j")
     g.emit(f"for {j} in range({st}, {n}):" if left else f"for {j} in range({st}, -1, -1):")
     g.ind += 1
     combine(acc, g.apply(s.src, (tuple(ix + [j]),)))
-    g.store(outs, f"{base} + {j} + {off}", ts, tuple(acc))
+    g.put(outs, f"{base} + {j} + {off}", ts, tuple(acc))
     g.emit("pass")
     g.ind -= 1
     g.emit("pass")
@@ -446,7 +487,7 @@ def gen_permute(s: KPermute, check: bool, block: int):
     k = g.fresh("k")
     g.grid_loop(k, tn)
     ix = g.unravel(k, tdims)
-    g.store(outs, k, ts, g.apply(s.defaults, (tuple(ix),)))
+    g.put(outs, k, ts, g.apply(s.defaults, (tuple(ix),)))
     if mode == "lock":
         g.emit(f"lock[{k}] = np.int32(0)")
     g.emit("pass")
@@ -500,7 +541,7 @@ def gen_permute(s: KPermute, check: bool, block: int):
             else:
                 old.append(g.assign(t, f"{b}[{pos}]"))
         new = g.apply(s.comb, (rebuild(elt, iter(v)), rebuild(elt, iter(old))))
-        g.store(outs, pos, ts, new)
+        g.put(outs, pos, ts, new)
         g.emit("cuda.threadfence()")
         g.emit(f"cuda.atomic.exch(lock, {pos}, np.int32(0))")
         g.emit(f"{done} = True")

@@ -278,8 +278,14 @@ class Runner:
                                    f"shape {tshape}")
 
     def _alloc(self, t, shape: tuple, size: int) -> ArrVal:
-        return ArrVal(shape, [self.cuda.device_array(size, dtype=s.dtype)
-                              for s in leaves(t.elt)])
+        try:
+            return ArrVal(shape, [self.cuda.device_array(size, dtype=s.dtype)
+                                  for s in leaves(t.elt)])
+        except MemoryError:
+            raise
+        except Exception as e:  # e.g. CUDA_ERROR_OUT_OF_MEMORY from the driver
+            raise BackendError(f"cuda backend: cannot allocate a device array of shape "
+                               f"{shape}: {type(e).__name__}: {e}") from e
 
     def _launch(self, name: str, blocks: int, args: list) -> None:
         fn = getattr(self.module, name)
