@@ -25,7 +25,7 @@ from .frontend import arg_type, located, trace_program
 #: Backend name -> module.  A module with ``prepare_kernels`` consumes the fused kernel
 #: program; one with only ``prepare`` consumes the AST (the reference interpreter).
 BACKENDS = {"interpreter": "backends.interpreter", "fused": "backends.fused",
-            "cpu": "backends.cpu"}
+            "cpu": "backends.cpu", "cuda": "backends.cuda"}
 
 def _simplify(prog):
     from .fusion.simplify import simplify

@@ -11,7 +11,16 @@ import pytest
 import accel as A
 from accel.pipeline import BACKENDS
 
-BACKENDS_UNDER_TEST = [b for b in ("fused", "cpu", "cuda") if b in BACKENDS]
+def _usable(name: str) -> bool:
+    if name not in BACKENDS:
+        return False
+    if name == "cuda":  # numba-cuda installed, and a GPU or the simulator
+        from backends.cuda import available
+        return available()[0]
+    return True
+
+
+BACKENDS_UNDER_TEST = [b for b in ("fused", "cpu", "cuda") if _usable(b)]
 RNG = np.random.default_rng(42)
 X = RNG.uniform(-1, 1, size=37)
 Y = RNG.uniform(-1, 1, size=29)
