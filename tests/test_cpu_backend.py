@@ -298,6 +298,23 @@ def test_cond_and_while_inside_kernels():
     assert got[26] == 111  # 27 takes 111 steps
 
 
+def test_deep_else_if_chain():
+    """A 120-deep else-if chain (deeper than Python's indentation limit if nested)."""
+    a = av(float64, 1, "x")
+
+    def body(i):
+        x = N.Var(N.fresh("x"), float64)
+        e = f64(-1.0)
+        for k in reversed(range(120)):
+            e = N.Cond(P("lt", x, f64(k * 0.5)), f64(float(k)), e)
+        return N.Let(x, at(a, i), e)
+    o = av(float64, 1)
+    kp = kprog((a,), [KGenerate((o,), sh(dim(a, 0)), ix_lam(1, body))], o)
+    x = np.linspace(-1, 70, 300)
+    got, want = both(kp, [x], check_bounds=True)
+    assert_same(got, want)
+
+
 # --------------------------------------------------------------------------- fold
 
 

@@ -1,22 +1,36 @@
 """Code generation: a ``KernelProgram``'s loop steps as the source of a numba module.
 
-Every loop step (``KGenerate``, ``KFold``, ``KScan``, ``KPermute``) becomes one
-``@numba.njit(parallel=True, error_model="numpy", fastmath=False, cache=True)``
-function.  Its arguments are, in order: the output leaf buffers, the leaf buffers of
-every array the step reads (struct of arrays: one flat, C-contiguous 1-D buffer per
-scalar leaf of the element type), ``shp`` (an int64 array of every size the
-kernel needs: loop counts, output dimensions, input dimensions and a mode switch, as
-described by the step's ``layout``) and ``err`` (an int64 array where bounds checks
-record a failure).  Kernels return nothing.
+Every loop step (``KGenerate``, ``KFold``, ``KScan``, ``KPermute``) becomes a few
+functions named ``k<i>_<phase>``:
+
+* *range functions* ``k<i>_<phase>(lo, hi, c, *bufs, shp, err)``: serial
+  ``@numba.njit(error_model="numpy", fastmath=False, cache=True)`` loops over the tasks
+  ``[lo, hi)`` of one phase (elements, tiles, (row, chunk) pairs, source chunks ...);
+* one *driver* ``k<i>_par(which, ntask, nch, *bufs, shp, err)``,
+  ``@numba.njit(parallel=True, ...)``, whose ``prange`` over ``nch`` chunks of the
+  tasks calls the range function of parallel phase number ``which`` (``c`` is the
+  chunk number);
+* serial helpers without a range (``k<i>_comb``: combining fold partials, ...).
+
+Numba's parfor passes cost time superlinear in the size of a ``prange`` body, so the
+bodies live in the serial range functions (compiled by the plain pipeline, and called
+once per chunk, so nothing is lost at run time) and the drivers stay tiny (still about
+0.5 s each: one per step).  The host calls a range function directly when a phase is
+too small to be worth a parallel launch, so small programs never compile a driver.
+
+``bufs`` are, in order: the step's work buffers (outputs, then partials/carries/private
+buffers), the leaf buffers of every array the step reads (struct of arrays: one flat,
+C-contiguous 1-D buffer per scalar leaf of the element type); ``shp`` is an int64 array
+of every size the step needs (loop counts, dimensions, a mode switch: the step's
+``layout``) and ``err`` an int64 array where bounds checks record a failure.
 
 Scalar expressions are scalarised: a value is a nested tuple of *atoms* (Python
 expressions that are a variable name or a constant) mirroring its element type.
 ``Let`` binds names to atoms, ``Cond`` becomes ``if``/``else`` assigning result
 variables (only the taken branch runs), ``While`` a ``while True`` loop over state
-variables.  Every primitive result is cast to its accel type (numba promotes int32
-arithmetic to int64, and so on), and every assignment to a variable that is assigned
-more than once goes through a cast, so that numba never aliases a mutable variable
-to a ``prange`` index.
+variables.  Results of type int32 and float32 (and conversions) are cast to their
+accel type (numba promotes int32 arithmetic to int64); other operations already have
+the right numba type, and every cast is a call numba must type, so none is emitted.
 
 The generated text depends only on the structure of the program (variable names of
 the AST never appear in it), so the same program traced twice, in two processes,
@@ -26,6 +40,7 @@ gives the same module and the same cache entries.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 
 from accel.ast import nodes as N
@@ -47,10 +62,14 @@ PERMUTE_PAR_MIN_SRC = 16384  # smaller sources scatter serially
 PERMUTE_PAR_MAX_PRIV = 1 << 24  # elements of private buffers at most
 TILE_ROWS = 32  # tiles of rank >= 2 generates (last two dimensions)
 TILE_COLS = 256
+PAR_MIN_WORK = 4096  # phases with less work run serially (no parallel launch, no driver)
+PAR_TASKS_PER_THREAD = 8  # chunks of tasks per thread in a parallel driver
+FLAT_COND_DEPTH = 60  # deeper else-if chains are emitted flat
 ERR_SIZE = 16  # err[0] = failing site (1-based), err[1:] = its index
 
-DECORATOR = ('@nb.njit(parallel=True, error_model="numpy", fastmath=False, cache=True, '
-             'nogil=True)')
+SERIAL = '@nb.njit(error_model="numpy", fastmath=False, cache=True, nogil=True)'
+PARALLEL = ('@nb.njit(parallel=True, error_model="numpy", fastmath=False, cache=True, '
+            'nogil=True)')
 
 HEADER = '''"""accel CPU kernels (generated; do not edit: the file name is its content hash)."""
 import math  # noqa: F401
@@ -95,18 +114,6 @@ def const_atom(value, t: Scalar) -> str:
     else:
         s = repr(v)
     return cast(t, s) if t.name == "float32" or s.startswith(("np", "-np")) else s
-
-
-def identity_atom(op: str, t: Scalar) -> str:
-    """The identity of ``op`` on ``t`` (``-0.0`` for float ``+``: it keeps ``-0.0``)."""
-    if op == "add":
-        return const_atom(-0.0 if t.is_float else 0, t)
-    if op == "mul":
-        return const_atom(1, t)
-    if t.is_float:
-        return const_atom(-math.inf if op == "max" else math.inf, t)
-    bits = 32 if t.name == "int32" else 64
-    return const_atom(-(1 << (bits - 1)) if op == "max" else (1 << (bits - 1)) - 1, t)
 
 
 def fast_comb(lam: N.Lam):
@@ -156,15 +163,16 @@ class Site:
 
 @dataclass
 class KernelPlan:
-    """What the host needs to call one generated kernel."""
+    """What the host needs to call the functions of one loop step."""
 
     step: object
-    fn: str  # function name in the module
-    inputs: list  # the Avars whose leaf buffers follow the outputs, in order
-    layout: list  # what goes into shp, in order (see Runner._slots)
+    fn: str  # base name of the step's functions in the module
+    inputs: list  # the Avars whose leaf buffers follow the work buffers, in order
+    layout: list  # what goes into shp, in order
     sites: list  # Site per 1-based id recorded in err[0]
     fast: str | None = None  # the permute's recognised combination
-    chunked: bool = False  # fold/scan: the chunked path exists
+    chunked: bool = False  # the scan has the chunked three-phase path
+    parallel: list = field(default_factory=list)  # phases of the driver, by ``which``
 
 
 @dataclass
@@ -175,11 +183,15 @@ class ArgArray:
 
 
 class KernelGen:
-    """Builds one kernel function: arguments, a prologue reading ``shp``, and a body."""
+    """Builds the functions of one step: shared arguments (work buffers, the arrays read,
+    ``shp``, ``err``), a prologue reading ``shp``, and one body per function."""
 
     def __init__(self, check_bounds: bool):
         self.check = check_bounds
-        self.lines: list = []
+        self.funcs: dict = {}  # phase -> [lines]
+        self.kinds: dict = {}  # phase -> "range" | "plain"
+        self.parallel: list = []  # phases with a parallel driver
+        self.cur = None
         self.ind = 1
         self.count = 0
         self.env: dict = {}  # Var name -> value
@@ -188,6 +200,38 @@ class KernelGen:
         self.slots: dict = {}  # layout key -> atom
         self.layout: list = []
         self.sites: list = []
+        self.work: list = []  # work buffer argument names
+
+    # ---- functions
+
+    def begin(self, phase: str, ranged: bool = True, parallel: bool = True) -> None:
+        """Start the body of function ``phase`` (a range function over ``lo, hi``)."""
+        self.cur = phase
+        self.funcs[phase] = []
+        self.kinds[phase] = "range" if ranged else "plain"
+        if ranged and parallel:
+            self.parallel.append(phase)
+        self.ind = 1
+
+    def texts(self, base: str) -> list:
+        """The source of every function of the step, named ``base_<phase>``."""
+        ins = [b for av in self.array_order for b in self.arrays[av.name].leaves]
+        args = ", ".join(self.work + ins + ["shp", "err"])
+        pro = [f"    s{i} = shp[{i}]" for i in range(len(self.layout))]
+        out = []
+        for phase, lines in self.funcs.items():
+            head = "lo, hi, c, " if self.kinds[phase] == "range" else ""
+            body = _fill_empty_blocks(pro + lines)
+            out.append("\n".join([SERIAL, f"def {base}_{phase}({head}{args}):"] + body))
+        if self.parallel:  # one driver for every parallel phase: one parallel compilation
+            lines = [PARALLEL, f"def {base}_par(which, ntask, nch, {args}):"]
+            for w, phase in enumerate(self.parallel):
+                lines += [f"    {'if' if w == 0 else 'elif'} which == {w}:",
+                          "        for c in prange(nch):",
+                          f"            {base}_{phase}(c * ntask // nch, (c + 1) * ntask // nch, "
+                          f"c, {args})"]
+            out.append("\n".join(lines))
+        return [t + "\n" for t in out]
 
     # ---- emission helpers
 
@@ -198,12 +242,17 @@ class KernelGen:
     def emit(self, line: str) -> None:
         if self.ind > 90:
             raise BackendError("cpu backend: expression nesting too deep for generated code")
-        self.lines.append("    " * self.ind + line)
+        self.funcs[self.cur].append("    " * self.ind + line)
+
+    @staticmethod
+    def tc(t: Scalar, expr: str) -> str:
+        """``expr`` cast to ``t`` if numba might type it differently (int32, float32)."""
+        return cast(t, expr) if t.name in ("int32", "float32") else expr
 
     def assign(self, t: Scalar, expr: str, name: str | None = None) -> str:
-        """``name = cast(expr)``; a fresh name unless given."""
+        """``name = expr`` (cast if needed); a fresh name unless given."""
         name = name or self.fresh()
-        self.emit(f"{name} = {cast(t, expr)}")
+        self.emit(f"{name} = {self.tc(t, expr)}")
         return name
 
     def slot(self, key) -> str:
@@ -342,6 +391,8 @@ class KernelGen:
         return out
 
     def e_Cond(self, e: N.Cond):
+        if self.ind >= FLAT_COND_DEPTH and isinstance(e.e, N.Cond):
+            return self.cond_chain(e)
         c = self.exp(e.c)
         ts = leaves(e.type)
         names = [self.fresh("c") for _ in ts]
@@ -350,6 +401,36 @@ class KernelGen:
         self.emit("else:")
         self.branch(e.e, ts, names)
         return rebuild(e.type, iter(names))
+
+    def cond_chain(self, e: N.Cond):
+        """An else-if chain without nesting (Python allows at most 100 indentation
+        levels): a ``done`` flag guards every later condition and branch."""
+        ty = e.type
+        ts = leaves(ty)
+        names = [self.fresh("c") for _ in ts]
+        done = self.fresh("done")
+        self.emit(f"{done} = False")
+        first = True
+        while True:
+            if isinstance(e, N.Cond):
+                if first:
+                    c = self.exp(e.c)
+                else:
+                    c = self.fresh("g")
+                    self.emit(f"if {done}:")
+                    self.emit(f"    {c} = False")
+                    self.emit("else:")
+                    self.ind += 1
+                    self.emit(f"{c} = {self.exp(e.c)}")
+                    self.ind -= 1
+                self.emit(f"if {c}:")
+                self.branch(e.t, ts, names)
+                self.emit(f"    {done} = True")
+                e, first = e.e, False
+            else:
+                self.emit(f"if not {done}:")
+                self.branch(e, ts, names)
+                return rebuild(ty, iter(names))
 
     def branch(self, e, ts, names) -> None:
         self.ind += 1
@@ -424,9 +505,9 @@ class KernelGen:
         self.emit(f"if {y} == 0:")
         self.emit(f"    {r} = {const_atom(0, rt)}")
         self.emit(f"elif {y} == -1:")
-        self.emit(f"    {r} = {cast(rt, '-' + x)}")
+        self.emit(f"    {r} = {self.tc(rt, '-' + x)}")
         self.emit("else:")
-        self.emit(f"    {r} = {cast(rt, f'{x} // {y}')}")
+        self.emit(f"    {r} = {self.tc(rt, f'{x} // {y}')}")
         return r
 
     def float_floordiv(self, args, rt) -> str:
@@ -434,7 +515,7 @@ class KernelGen:
         # Python's //, e.g. 5 // 0.001 == 4999 and 3.7 // -inf == -1.
         x, y = args
         r, m, d = self.fresh(), self.fresh("m"), self.fresh("d")
-        c = lambda e: cast(rt, e)  # noqa: E731
+        c = lambda e: self.tc(rt, e)  # noqa: E731
         self.emit(f"if {y} == 0:")
         self.emit(f"    {r} = {c(f'{x} / {y}')}")
         self.emit("else:")
@@ -456,20 +537,20 @@ class KernelGen:
         self.emit(f"if {y} == 0 or {y} == -1:")
         self.emit(f"    {r} = {const_atom(0, rt)}")
         self.emit("else:")
-        self.emit(f"    {r} = {cast(rt, f'{x} % {y}')}")
+        self.emit(f"    {r} = {self.tc(rt, f'{x} % {y}')}")
         return r
 
     def float_mod(self, args, rt) -> str:
         # NumPy's npy_divmod: fmod, then move the remainder to the divisor's sign.
         x, y = args
         m = self.fresh("m")
-        self.emit(f"{m} = {cast(rt, f'np.fmod({x}, {y})')}")
+        self.emit(f"{m} = {self.tc(rt, f'np.fmod({x}, {y})')}")
         self.emit(f"if {y} != 0:")
         self.emit(f"    if {m} != 0:")
         self.emit(f"        if ({y} < 0) != ({m} < 0):")
-        self.emit(f"            {m} = {cast(rt, f'{m} + {y}')}")
+        self.emit(f"            {m} = {self.tc(rt, f'{m} + {y}')}")
         self.emit("    else:")
-        self.emit(f"        {m} = {cast(rt, f'np.copysign({const_atom(0.0, rt)}, {y})')}")
+        self.emit(f"        {m} = {self.tc(rt, f'np.copysign({const_atom(0.0, rt)}, {y})')}")
         return m
 
     def int_pow(self, args, rt) -> str:
@@ -491,15 +572,18 @@ class KernelGen:
         self.emit(f"            {acc} = np.int64({acc} * {b})")
         self.emit(f"        {b} = np.int64({b} * {b})")
         self.emit(f"        {e} = np.int64({e} >> 1)")
-        self.emit(f"    {r} = {cast(rt, acc)}")
+        self.emit(f"    {r} = {self.tc(rt, acc)}")
         return r
 
     def convert(self, x: str, src: Scalar, rt: Scalar) -> str:
         if rt.is_bool:
             return self.assign(rt, x if src.is_bool else f"{x} != 0")
-        if rt.is_int and src.is_float:
-            return self.assign(rt, f"{x} if np.isfinite({x}) else 0")
-        return self.assign(rt, x)
+        if rt.is_int and src.is_float:  # truncation; nan and +-inf give 0 (as in prims)
+            return self.assign(rt, f"{cast(rt, x)} if np.isfinite({x}) else "
+                                   f"{const_atom(0, rt)}")
+        if rt == src:
+            return x
+        return self.assign(rt, cast(rt, x))
 
     # ---- loops
 
@@ -521,9 +605,9 @@ class KernelGen:
         ix[0] = q
         return ix
 
-    def store(self, bufs: list, pos: str, ts: list, value) -> None:
-        for b, t, a in zip(bufs, ts, flat(value)):
-            self.emit(f"{b}[{pos}] = {cast(t, a)}")
+    def store(self, bufs: list, pos: str, value) -> None:
+        for b, a in zip(bufs, flat(value)):
+            self.emit(f"{b}[{pos}] = {a}")
 
     def set_vars(self, names: list, ts: list, value) -> None:
         for n, t, a in zip(names, ts, flat(value)):
@@ -540,55 +624,70 @@ class KernelGen:
         for n, a in zip(names, tmp):
             self.emit(f"{n} = {a}")
 
-    def function(self, name: str, outs: list) -> str:
-        """The whole function text (after the body has been generated)."""
-        ins = [b for av in self.array_order for b in self.arrays[av.name].leaves]
-        args = ", ".join(outs + ins + ["shp", "err"])
-        pro = [f"    {a} = shp[{i}]" for i, a in enumerate(f"s{j}" for j in
-                                                              range(len(self.layout)))]
-        return "\n".join([DECORATOR, f"def {name}({args}):"] + pro + self.lines) + "\n"
+    def loop(self, var: str, rng: str) -> None:
+        self.emit(f"for {var} in {rng}:")
+        self.ind += 1
 
 
 _MISSING = object()
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _fill_empty_blocks(lines: list) -> list:
+    """``lines`` with ``pass`` added to every block that would be empty."""
+    out = []
+    for i, line in enumerate(lines):
+        out.append(line)
+        if line.rstrip().endswith(":"):
+            nxt = lines[i + 1] if i + 1 < len(lines) else ""
+            if not nxt.strip() or _indent(nxt) <= _indent(line):
+                out.append(" " * (_indent(line) + 4) + "pass")
+    return out or ["    pass"]
 
 
 def _out_names(k: int, t) -> list:
     return [f"r{k}_{j}" for j in range(len(leaves(t.elt)))]
 
 
+def _bufs(prefix: str, t) -> list:
+    return [f"{prefix}_{j}" for j in range(len(leaves(t.elt)))]
+
+
 # --------------------------------------------------------------------------- step kernels
 
 
 def gen_generate(s: KGenerate, check: bool):
-    """Rank 0 and 1: a parallel loop over the elements.  Rank >= 2: a parallel loop over
-    tiles of ``TILE_ROWS x TILE_COLS`` of the last two dimensions (times the outer
-    indices), so that no division is needed per element and gathers along either of the
-    last two dimensions stay cache-friendly."""
+    """Phase ``g``: rank 0 and 1 loop over elements; rank >= 2 over tiles of
+    ``TILE_ROWS x TILE_COLS`` of the last two dimensions (times the outer indices), so
+    that no division is needed per element and gathers along either of the last two
+    dimensions stay cache-friendly."""
     g = KernelGen(check)
     rank = len(s.shape.type.items)
     dims = [g.slot(("out", d)) for d in range(rank)]
     outs = [_out_names(k, o.type) for k, o in enumerate(s.outs)]
+    g.work = [b for bs in outs for b in bs]
+    g.begin("g")
 
     def body(ix, k):
         v = g.apply(s.f, (tuple(ix),))
         comps = (v,) if len(s.outs) == 1 else v
-        for bufs, o, c in zip(outs, s.outs, comps):
-            g.store(bufs, k, leaves(o.type.elt), c)
-        g.emit("pass")
+        for bufs, c in zip(outs, comps):
+            g.store(bufs, k, c)
 
     if rank < 2:
         k = g.fresh("k")
-        g.emit(f"for {k} in prange({g.slot(('size',))}):")
-        g.ind += 1
+        g.loop(k, "range(lo, hi)")
         body([k] if rank else [], k)
-        return g, [b for bs in outs for b in bs], {}
-    no, nrt, nct = g.slot(("outer",)), g.slot(("nrt",)), g.slot(("nct",))
+        return g, {}
     R, C = dims[-2], dims[-1]
+    nrt, nct = g.slot(("nrt",)), g.slot(("nct",))
     t, ct, q, rt, o = (g.fresh(x) for x in ("t", "ct", "q", "rt", "o"))
     i0, i1, j0, j1, i, j, rb, k = (g.fresh(x) for x in ("i", "i", "j", "j", "i", "j", "rb",
                                                         "k"))
-    g.emit(f"for {t} in prange({no} * {nrt} * {nct}):")
-    g.ind += 1
+    g.loop(t, "range(lo, hi)")
     g.emit(f"{ct} = {t} % {nct}")
     g.emit(f"{q} = {t} // {nct}")
     g.emit(f"{rt} = {q} % {nrt}")
@@ -598,19 +697,17 @@ def gen_generate(s: KGenerate, check: bool):
     g.emit(f"{i1} = min({i0} + {TILE_ROWS}, {R})")
     g.emit(f"{j0} = {ct} * {TILE_COLS}")
     g.emit(f"{j1} = min({j0} + {TILE_COLS}, {C})")
-    g.emit(f"for {i} in range({i0}, {i1}):")
-    g.ind += 1
+    g.loop(i, f"range({i0}, {i1})")
     g.emit(f"{rb} = ({o} * {R} + {i}) * {C}")
-    g.emit(f"for {j} in range({j0}, {j1}):")
-    g.ind += 1
+    g.loop(j, f"range({j0}, {j1})")
     g.emit(f"{k} = {rb} + {j}")
     body(oix + [i, j], k)
-    return g, [b for bs in outs for b in bs], {}
+    return g, {}
 
 
-def _chunk_task(g: KernelGen, tk: str, m: str, n: str, nch: str, dims: list):
-    """Emit the decoding of task ``tk`` of ``m * nch``: row r, chunk c, and the chunk's
-    range [lo, hi) of the inner dimension (``n`` split as evenly as possible)."""
+def _chunk_task(g: KernelGen, tk: str, n: str, nch: str, dims: list):
+    """Emit the decoding of task ``tk`` (of rows x ``nch``): row r, chunk c, and the
+    chunk's range [lo, hi) of the inner dimension (``n`` split as evenly as possible)."""
     r, c, lo, hi = (g.fresh(x) for x in ("r", "c", "lo", "hi"))
     g.emit(f"{r} = {tk} // {nch}")
     g.emit(f"{c} = {tk} % {nch}")
@@ -620,29 +717,22 @@ def _chunk_task(g: KernelGen, tk: str, m: str, n: str, nch: str, dims: list):
 
 
 def gen_fold(s: KFold, check: bool):
-    """One parallel loop over (row, chunk) tasks.  With one chunk per row (``mode == 1``)
-    each task folds a whole row into the output; with ``mode`` chunks, chunk 0 folds from
-    z and the others from their first element, and the partials of each row are then
-    combined sequentially in chunk order (only associativity is assumed)."""
+    """Phase ``f`` over (row, chunk) tasks, ``mode`` chunks per row: each task folds its
+    chunk into ``p`` (chunk 0 from z, the others from their first element; with one
+    chunk per row the host passes the output as ``p``).  ``comb`` then combines the
+    partials of each row sequentially in chunk order (only associativity is assumed)."""
     g = KernelGen(check)
     elt = s.out.type.elt
     ts = leaves(elt)
     rank = len(s.shape.type.items)
     m, n, nch = g.slot(("size",)), g.slot(("n",)), g.slot(("mode",))
     dims = [g.slot(("out", d)) for d in range(rank)]
-    outs = _out_names(0, s.out.type)
-    parts = [g.fresh("part") for _ in ts]
-    g.emit(f"if {nch} == 1:")
-    for p, o in zip(parts, outs):
-        g.emit(f"    {p} = {o}")
-    g.emit("else:")
-    for p, t in zip(parts, ts):
-        g.emit(f"    {p} = np.empty({m} * {nch}, dtype={_CAST[t.name]})")
-    g.emit("pass")
+    outs, parts = _out_names(0, s.out.type), _bufs("p", s.out.type)
+    g.work = outs + parts
+    g.begin("f")
     tk = g.fresh("tk")
-    g.emit(f"for {tk} in prange({m} * {nch}):")
-    g.ind += 1
-    r, c, lo, hi, ix = _chunk_task(g, tk, m, n, nch, dims)
+    g.loop(tk, "range(lo, hi)")
+    r, c, lo, hi, ix = _chunk_task(g, tk, n, nch, dims)
     acc = [g.fresh("acc") for _ in ts]
     st = g.fresh("st")
     if s.z is not None:
@@ -658,45 +748,36 @@ def gen_fold(s: KFold, check: bool):
     if s.z is not None:
         g.ind -= 1
     j = g.fresh("j")
-    g.emit(f"for {j} in range({st}, {hi}):")
-    g.ind += 1
+    g.loop(j, f"range({st}, {hi})")
     x = g.apply(s.src, (tuple(ix + [j]),))
     g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
     g.ind -= 1
-    g.store(parts, tk, ts, tuple(acc))
-    g.emit("pass")
-    g.ind -= 1
-    g.emit(f"if {nch} > 1:")
-    g.ind += 1
+    g.store(parts, tk, tuple(acc))
+    g.begin("comb", ranged=False)
     r, c = g.fresh("r"), g.fresh("c")
-    g.emit(f"for {r} in range({m}):")
-    g.ind += 1
+    g.loop(r, f"range({m})")
     acc = [g.fresh("acc") for _ in ts]
     g.set_vars(acc, ts, tuple(f"{p}[{r} * {nch}]" for p in parts))
-    g.emit(f"for {c} in range(1, {nch}):")
-    g.ind += 1
+    g.loop(c, f"range(1, {nch})")
     nxt = tuple(f"{p}[{r} * {nch} + {c}]" for p in parts)
     g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), rebuild(elt, iter(nxt)))))
-    g.emit("pass")
     g.ind -= 1
-    g.store(outs, r, ts, tuple(acc))
-    g.emit("pass")
-    g.ind -= 2
-    return g, outs, {"chunked": True}
+    g.store(outs, r, tuple(acc))
+    return g, {}
 
 
 def scan_chunked(s: KScan) -> bool:
-    """Whether the scan's kernel has the chunked (three-phase) path: only for scans of
-    a single row (outer rank 0), where rows give no parallelism (it costs compile time)."""
+    """Whether the scan has the chunked (three-phase) path: only for scans of a single
+    row (outer rank 0), where rows give no parallelism (it costs compile time)."""
     return len(s.shape.type.items) == 0
 
 
 def gen_scan(s: KScan, check: bool):
-    """Parallel over (row, chunk) tasks.  With one chunk per row (``mode == 1``) every task
-    scans a row.  With ``mode`` chunks (single-row scans only): (1) the totals of the
-    chunks in parallel, (2) the carry into each chunk, sequentially in scan order, (3) every
-    chunk scanned in parallel from its carry (the first chunk from z or its first
-    element)."""
+    """Phase ``s`` scans (row, chunk) tasks, ``mode`` chunks per row.  With one chunk per
+    row every task scans a row.  With ``mode`` chunks (single-row scans only) the host
+    first runs phase ``t`` (the totals of the chunks, in parallel) and ``carry`` (the
+    carry into each chunk, sequentially in scan order); then every chunk is scanned from
+    its carry (the first chunk in scan order from z or its first element)."""
     g = KernelGen(check)
     elt = s.out.type.elt
     ts = leaves(elt)
@@ -707,6 +788,8 @@ def gen_scan(s: KScan, check: bool):
     outs = _out_names(0, s.out.type)
     hz, left = s.z is not None, s.left
     chunked = scan_chunked(s)
+    tots, cars = _bufs("tot", s.out.type), _bufs("car", s.out.type)
+    g.work = outs + (tots + cars if chunked else [])
     # Left scans with z store element j's partial result at j + 1 (the seed at 0); right
     # scans with z store it at j (the seed at n); the 1-forms store it at j.
     off = 1 if (hz and left) else 0
@@ -718,39 +801,29 @@ def gen_scan(s: KScan, check: bool):
         g.update(acc, ts, g.apply(s.f, (a, x) if left else (x, a)))
 
     if chunked:
-        tots = [g.fresh("tot") for _ in ts]
-        cars = [g.fresh("car") for _ in ts]
-        for p, t in zip(tots + cars, ts + ts):
-            g.emit(f"{p} = np.empty({m} * {nch} if {nch} > 1 else 0, dtype={_CAST[t.name]})")
-        g.emit(f"if {nch} > 1:")
-        g.ind += 1
+        g.begin("t")
         tk = g.fresh("tk")
-        g.emit(f"for {tk} in prange({m} * {nch}):")
-        g.ind += 1
-        r, c, lo, hi, ix = _chunk_task(g, tk, m, n, nch, dims)
+        g.loop(tk, "range(lo, hi)")
+        r, c, lo, hi, ix = _chunk_task(g, tk, n, nch, dims)
         g.emit(f"if {c} != {last_c}:")
         g.ind += 1
         acc = [g.fresh("acc") for _ in ts]
         g.set_vars(acc, ts, g.apply(s.src, (tuple(ix + [lo if left else f"{hi} - 1"]),)))
         j = g.fresh("j")
-        rng = f"range({lo} + 1, {hi})" if left else f"range({hi} - 2, {lo} - 1, -1)"
-        g.emit(f"for {j} in {rng}:")
-        g.ind += 1
+        g.loop(j, f"range({lo} + 1, {hi})" if left else f"range({hi} - 2, {lo} - 1, -1)")
         combine(acc, g.apply(s.src, (tuple(ix + [j]),)))
         g.ind -= 1
-        g.store(tots, tk, ts, tuple(acc))
-        g.ind -= 2
+        g.store(tots, tk, tuple(acc))
+        g.begin("carry", ranged=False)
         r, c = g.fresh("r"), g.fresh("c")
-        g.emit(f"for {r} in range({m}):")
-        g.ind += 1
+        g.loop(r, f"range({m})")
         acc = [g.fresh("acc") for _ in ts]
         if hz:
             g.set_vars(acc, ts, g.exp(s.z))
-            g.store(cars, f"{r} * {nch} + {first_c}", ts, tuple(acc))
+            g.store(cars, f"{r} * {nch} + {first_c}", tuple(acc))
         order = f"range(1, {nch})" if left else f"range({nch} - 2, -1, -1)"
         prev = f"{r} * {nch} + {c} - 1" if left else f"{r} * {nch} + {c} + 1"
-        g.emit(f"for {c} in {order}:")
-        g.ind += 1
+        g.loop(c, order)
         tv = rebuild(elt, iter(f"{p}[{prev}]" for p in tots))
         if hz:
             combine(acc, tv)
@@ -759,20 +832,16 @@ def gen_scan(s: KScan, check: bool):
             g.emit(f"if {c} == {start}:")
             g.ind += 1
             g.set_vars(acc, ts, tv)
-            g.emit("pass")
             g.ind -= 1
             g.emit("else:")
             g.ind += 1
             combine(acc, tv)
-            g.emit("pass")
             g.ind -= 1
-        g.store(cars, f"{r} * {nch} + {c}", ts, tuple(acc))
-        g.emit("pass")
-        g.ind -= 3
+        g.store(cars, f"{r} * {nch} + {c}", tuple(acc))
+    g.begin("s")
     tk = g.fresh("tk")
-    g.emit(f"for {tk} in prange({m} * {nch}):")
-    g.ind += 1
-    r, c, lo, hi, ix = _chunk_task(g, tk, m, n, nch, dims)
+    g.loop(tk, "range(lo, hi)")
+    r, c, lo, hi, ix = _chunk_task(g, tk, n, nch, dims)
     base = g.fresh("base")
     g.emit(f"{base} = {r} * {kout}")
     if not hz:
@@ -784,15 +853,14 @@ def gen_scan(s: KScan, check: bool):
         g.emit(f"if {c} == {first_c}:")
         g.ind += 1
     if hz:
-        z = g.exp(s.z)
-        g.set_vars(acc, ts, z)
-        g.store(outs, base if left else f"{base} + {n}", ts, tuple(acc))
+        g.set_vars(acc, ts, g.exp(s.z))
+        g.store(outs, base if left else f"{base} + {n}", tuple(acc))
         g.emit(f"{st} = {lo}" if left else f"{st} = {hi} - 1")
     else:
         f0 = g.fresh("f")
         g.emit(f"{f0} = {lo}" if left else f"{f0} = {hi} - 1")
         g.set_vars(acc, ts, g.apply(s.src, (tuple(ix + [f0]),)))
-        g.store(outs, f"{base} + {f0}", ts, tuple(acc))
+        g.store(outs, f"{base} + {f0}", tuple(acc))
         g.emit(f"{st} = {lo} + 1" if left else f"{st} = {hi} - 2")
     if chunked:
         g.ind -= 1
@@ -802,103 +870,71 @@ def gen_scan(s: KScan, check: bool):
         g.emit(f"{st} = {lo}" if left else f"{st} = {hi} - 1")
         g.ind -= 1
     j = g.fresh("j")
-    g.emit(f"for {j} in range({st}, {hi}):" if left else
-           f"for {j} in range({st}, {lo} - 1, -1):")
-    g.ind += 1
+    g.loop(j, f"range({st}, {hi})" if left else f"range({st}, {lo} - 1, -1)")
     combine(acc, g.apply(s.src, (tuple(ix + [j]),)))
-    g.store(outs, f"{base} + {j} + {off}", ts, tuple(acc))
-    g.emit("pass")
-    g.ind -= 1
-    g.emit("pass")
-    return g, outs, {"chunked": chunked}
+    g.store(outs, f"{base} + {j} + {off}", tuple(acc))
+    return g, {"chunked": chunked}
 
 
 def gen_permute(s: KPermute, check: bool):
-    """Defaults in parallel, then the scatter.  A recognised combination (+, *, max, min on
-    a number) scatters through ``mode`` private buffers (parallel over source chunks,
-    then a parallel merge over targets in chunk order), or, with ``mode == 0``, serially
-    straight into the output; any other combination scatters serially."""
+    """Phase ``d``: the defaults (parallel over targets).  Phase ``p``: the scatter of the
+    sources ``[lo, hi)``.  For a recognised combination (+, *, max, min on a number) it
+    writes into ``priv[c * size + target]``: the host passes the output as ``priv`` with
+    ``c == 0`` to scatter serially, or ``mode`` private buffers (initialised to the
+    identity) scattered in parallel, chunk c of the sources into buffer c, and phase
+    ``m`` then combines, for every target, its chunks' values in chunk order.  Any other
+    combination scatters serially into the output."""
     g = KernelGen(check)
     elt = s.out.type.elt
     ts = leaves(elt)
     trank = len(s.out_shape.type.items)
     srank = len(s.shape.type.items)
-    tn, sn, mode = g.slot(("size",)), g.slot(("ssize",)), g.slot(("mode",))
+    tn, nch = g.slot(("size",)), g.slot(("mode",))
     tdims = [g.slot(("out", d)) for d in range(trank)]
     sdims = [g.slot(("src", d)) for d in range(srank)]
     outs = _out_names(0, s.out.type)
-    k = g.fresh("k")
-    g.emit(f"for {k} in prange({tn}):")
-    g.ind += 1
-    ix = g.unravel(k, tdims)
-    g.store(outs, k, ts, g.apply(s.defaults, (tuple(ix),)))
-    g.emit("pass")
-    g.ind -= 1
     fast = fast_comb(s.comb)
-
-    def scatter(bufs, base, k):
-        """The body of the scatter loop over source positions ``k``."""
-        ix = g.unravel(k, sdims)
-        tv = g.apply(s.target, (tuple(ix),))
-        keep, tix = tv[0], flat(tv[1])
-        g.emit(f"if {keep}:")
-        g.ind += 1
-        if check and tix:
-            g.emit(f"if not ({g.in_bounds(tix, tdims)}):")
-            g.ind += 1
-            g.record(Site("permute (target index)", None, len(tix)), tix)
-            g.emit("continue")
-            g.ind -= 1
-        lin = g.offset(tix, tdims)
-        pos = lin if base is None else f"{base} + {lin}"
-        v = g.apply(s.value, (tuple(ix),))
-        old = rebuild(elt, iter(f"{b}[{pos}]" for b in bufs))
-        new = flat(g.apply(s.comb, (v, old)))
-        for b, t, a in zip(bufs, ts, new):
-            g.emit(f"{b}[{pos}] = {cast(t, a)}")
-        g.emit("pass")
-        g.ind -= 1
-
-    if fast is None:
-        k = g.fresh("k")
-        g.emit(f"for {k} in range({sn}):")
-        g.ind += 1
-        scatter(outs, None, k)
-        g.ind -= 1
-        return g, outs, {"fast": None}
-    t = ts[0]
-    priv, npc, c, pbase = g.fresh("priv"), g.fresh("npc"), g.fresh("c"), g.fresh("pb")
-    g.emit(f"if {mode} == 0:")
-    g.emit(f"    {npc} = 1")
-    g.emit(f"    {priv} = {outs[0]}")
-    g.emit("else:")
-    g.emit(f"    {npc} = {mode}")
-    g.emit(f"    {priv} = np.empty({mode} * {tn}, dtype={_CAST[t.name]})")
-    g.emit(f"for {c} in prange({npc}):")
-    g.ind += 1
-    g.emit(f"{pbase} = {c} * {tn}")
+    g.work = outs + (["priv"] if fast else [])
+    g.begin("d")
     k = g.fresh("k")
-    g.emit(f"if {mode} > 0:")
-    g.emit(f"    for {k} in range({tn}):")
-    g.emit(f"        {priv}[{pbase} + {k}] = {identity_atom(fast, t)}")
+    g.loop(k, "range(lo, hi)")
+    ix = g.unravel(k, tdims)
+    g.store(outs, k, g.apply(s.defaults, (tuple(ix),)))
+    g.begin("p", parallel=fast is not None)
+    bufs = ["priv"] if fast else outs
+    base = g.fresh("pb")
+    g.emit(f"{base} = c * {tn}" if fast else f"{base} = 0")
     k = g.fresh("k")
-    g.emit(f"for {k} in range(({c} * {sn}) // {npc}, (({c} + 1) * {sn}) // {npc}):")
+    g.loop(k, "range(lo, hi)")
+    ix = g.unravel(k, sdims)
+    tv = g.apply(s.target, (tuple(ix),))
+    keep, tix = tv[0], flat(tv[1])
+    g.emit(f"if {keep}:")
     g.ind += 1
-    scatter([priv], pbase, k)
-    g.ind -= 2
-    k, c, acc = g.fresh("k"), g.fresh("c"), g.fresh("acc")
-    g.emit(f"if {mode} > 0:")
-    g.ind += 1
-    g.emit(f"for {k} in prange({tn}):")
-    g.ind += 1
-    g.emit(f"{acc} = {outs[0]}[{k}]")
-    g.emit(f"for {c} in range({mode}):")
-    g.ind += 1
-    g.update([acc], ts, g.apply(s.comb, (f"{priv}[{c} * {tn} + {k}]", acc)))
-    g.ind -= 1
-    g.emit(f"{outs[0]}[{k}] = {acc}")
-    g.ind -= 2
-    return g, outs, {"fast": fast}
+    if check and tix:
+        g.emit(f"if not ({g.in_bounds(tix, tdims)}):")
+        g.ind += 1
+        g.record(Site("permute (target index)", None, len(tix)), tix)
+        g.emit("continue")
+        g.ind -= 1
+    lin = g.offset(tix, tdims)
+    pos = g.fresh("pos")
+    g.emit(f"{pos} = {base} + {lin}")
+    v = g.apply(s.value, (tuple(ix),))
+    old = rebuild(elt, iter(f"{b}[{pos}]" for b in bufs))
+    new = flat(g.apply(s.comb, (v, old)))
+    for b, a in zip(bufs, new):
+        g.emit(f"{b}[{pos}] = {a}")
+    if fast:
+        g.begin("m")
+        k, c, acc = g.fresh("k"), g.fresh("c"), g.fresh("acc")
+        g.loop(k, "range(lo, hi)")
+        g.emit(f"{acc} = {outs[0]}[{k}]")
+        g.loop(c, f"range({nch})")
+        g.update([acc], ts, g.apply(s.comb, (f"priv[{c} * {tn} + {k}]", acc)))
+        g.ind -= 1
+        g.emit(f"{outs[0]}[{k}] = {acc}")
+    return g, {"fast": fast}
 
 
 _GEN = {KGenerate: gen_generate, KFold: gen_fold, KScan: gen_scan, KPermute: gen_permute}
@@ -915,7 +951,21 @@ class Module:
 
 def generate(body: KBlock, check_bounds: bool) -> Module:
     """The module source for every loop step in ``body`` (and nested blocks)."""
-    funcs: dict = {}  # function text (without name) -> name
+    old = sys.getrecursionlimit()
+    if old < _RECURSION_LIMIT:
+        sys.setrecursionlimit(_RECURSION_LIMIT)
+    try:
+        return _generate(body, check_bounds)
+    finally:
+        if old < _RECURSION_LIMIT:
+            sys.setrecursionlimit(old)
+
+
+_RECURSION_LIMIT = 20000
+
+
+def _generate(body: KBlock, check_bounds: bool) -> Module:
+    steps: dict = {}  # text of a step's functions (base name KERNEL) -> base name
     texts: list = []
     mod = Module("")
 
@@ -923,15 +973,15 @@ def generate(body: KBlock, check_bounds: bool) -> Module:
         for s in block.steps:
             gen = _GEN.get(type(s))
             if gen is not None:
-                g, outs, extra = gen(s, check_bounds)
-                text = g.function("KERNEL", outs)
-                name = funcs.get(text)
-                if name is None:
-                    name = funcs[text] = f"k{len(funcs)}"
-                    texts.append(text.replace("def KERNEL(", f"def {name}(", 1))
+                g, extra = gen(s, check_bounds)
+                text = "\n\n".join(g.texts("KERNEL"))
+                name = steps.get(text)
+                if name is None:  # identical steps share their functions
+                    name = steps[text] = f"k{len(steps)}"
+                    texts.append(text.replace("KERNEL_", name + "_"))
                 mod.plans[id(s)] = KernelPlan(s, name, list(g.array_order), list(g.layout),
                                               list(g.sites), extra.get("fast"),
-                                              extra.get("chunked", False))
+                                              extra.get("chunked", False), list(g.parallel))
             elif isinstance(s, KAcond):
                 visit(s.t)
                 visit(s.e)

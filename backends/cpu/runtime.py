@@ -53,6 +53,19 @@ def _shape_of(v, op: str) -> tuple:
     return sh
 
 
+def _identity(op: str, dtype) -> object:
+    """The identity element of a recognised permute combination on ``dtype``."""
+    dtype = np.dtype(dtype)
+    if op == "add":
+        return dtype.type(-0.0) if dtype.kind == "f" else dtype.type(0)
+    if op == "mul":
+        return dtype.type(1)
+    if dtype.kind == "f":
+        return dtype.type(-np.inf if op == "max" else np.inf)
+    info = np.iinfo(dtype)
+    return info.min if op == "max" else info.max
+
+
 def _shown(ix: tuple) -> str:
     return f"({ix[0]},)" if len(ix) == 1 else str(tuple(ix))
 
@@ -228,49 +241,78 @@ class Runner:
         plan = self.gen.plans[id(s)]
         ev = HostEval(env)
         vals: dict = {}
+        phases = []  # (phase, ntask or None for a plain function, work elements)
         if isinstance(s, KGenerate):
             shape = _shape_of(ev(s.shape), "generate")
             size = _size(shape)
             outs = [self._alloc(o.type, shape, size) for o in s.outs]
+            work = [b for o in outs for b in o.leaves]
             if len(shape) >= 2:
-                vals[("outer",)] = _size(shape[:-2])
-                vals[("nrt",)] = -(-shape[-2] // codegen.TILE_ROWS)
-                vals[("nct",)] = -(-shape[-1] // codegen.TILE_COLS)
-        elif isinstance(s, (KFold, KScan)):
-            op = "fold" if isinstance(s, KFold) else "scan"
-            shape = _shape_of(ev(s.shape), op)
-            n = int(ev(s.n))
-            if n < 0:
-                raise ShapeError(f"{op}: negative inner length {n}")
-            size = _size(shape)
-            vals[("n",)] = n
-            if isinstance(s, KFold):
-                if s.z is None and n == 0:
-                    raise ShapeError(f"fold1: the innermost dimension is empty (shape "
-                                     f"{shape + (0,)})")
-                chunk = (n >= codegen.FOLD_CHUNK_MIN_N and size < codegen.FOLD_CHUNK_MAX_ROWS)
-                vals[("mode",)] = codegen.FOLD_CHUNKS if chunk else 1
-                outs = [self._alloc(s.out.type, shape, size)]
+                nrt = -(-shape[-2] // codegen.TILE_ROWS)
+                nct = -(-shape[-1] // codegen.TILE_COLS)
+                vals[("nrt",)], vals[("nct",)] = nrt, nct
+                phases.append(("g", _size(shape[:-2]) * nrt * nct, size))
             else:
-                kout = n + 1 if s.z is not None else n
-                chunk = plan.chunked and n >= codegen.SCAN_CHUNK_MIN_N
-                vals[("mode",)] = codegen.SCAN_CHUNKS if chunk else 1
-                vals[("kout",)] = kout
-                outs = [self._alloc(s.out.type, shape + (kout,), size * kout)]
+                phases.append(("g", size, size))
+        elif isinstance(s, KFold):
+            shape = _shape_of(ev(s.shape), "fold")
+            n = self._inner(ev(s.n), "fold")
+            size = _size(shape)
+            if s.z is None and n == 0:
+                raise ShapeError(f"fold1: the innermost dimension is empty (shape "
+                                 f"{shape + (0,)})")
+            chunk = n >= codegen.FOLD_CHUNK_MIN_N and size < codegen.FOLD_CHUNK_MAX_ROWS
+            nch = codegen.FOLD_CHUNKS if chunk else 1
+            vals[("n",)], vals[("mode",)] = n, nch
+            outs = [self._alloc(s.out.type, shape, size)]
+            work = list(outs[0].leaves)
+            if nch == 1:  # each row folds straight into the output
+                work += work
+            else:
+                work += [np.empty(size * nch, dtype=b.dtype) for b in outs[0].leaves]
+            phases.append(("f", size * nch, size * n))
+            if nch > 1:
+                phases.append(("comb", None, 0))
+        elif isinstance(s, KScan):
+            shape = _shape_of(ev(s.shape), "scan")
+            n = self._inner(ev(s.n), "scan")
+            size = _size(shape)
+            kout = n + 1 if s.z is not None else n
+            nch = codegen.SCAN_CHUNKS if (plan.chunked and n >= codegen.SCAN_CHUNK_MIN_N) \
+                else 1
+            vals[("n",)], vals[("mode",)], vals[("kout",)] = n, nch, kout
+            outs = [self._alloc(s.out.type, shape + (kout,), size * kout)]
+            work = list(outs[0].leaves)
+            if plan.chunked:
+                k = size * nch if nch > 1 else 0
+                for _ in range(2):  # totals, carries
+                    work += [np.empty(k, dtype=b.dtype) for b in outs[0].leaves]
+            if nch > 1:
+                phases += [("t", size * nch, size * n), ("carry", None, 0)]
+            phases.append(("s", size * nch, size * n))
         elif isinstance(s, KPermute):
             shape = _shape_of(ev(s.out_shape), "permute")
             sshape = _shape_of(ev(s.shape), "permute")
             size, ssize = _size(shape), _size(sshape)
-            vals[("ssize",)] = ssize
             for d, x in enumerate(sshape):
                 vals[("src", d)] = x
-            mode = 0
-            if plan.fast is not None and ssize >= codegen.PERMUTE_PAR_MIN_SRC:
-                priv = codegen.PERMUTE_CHUNKS * size
-                if priv <= ssize and priv <= codegen.PERMUTE_PAR_MAX_PRIV:
-                    mode = codegen.PERMUTE_CHUNKS
-            vals[("mode",)] = mode
             outs = [self._alloc(s.out.type, shape, size)]
+            work = list(outs[0].leaves)
+            phases.append(("d", size, size))
+            nch = 0
+            if plan.fast is not None:
+                priv = codegen.PERMUTE_CHUNKS * size
+                if (ssize >= codegen.PERMUTE_PAR_MIN_SRC and priv <= ssize
+                        and priv <= codegen.PERMUTE_PAR_MAX_PRIV):
+                    nch = codegen.PERMUTE_CHUNKS
+                    work.append(np.full(priv, _identity(plan.fast, work[0].dtype)))
+                    phases += [("p", ssize, -nch), ("m", size, size * nch)]
+                else:
+                    work.append(work[0])  # scatter straight into the output
+                    phases.append(("p", ssize, 0))
+            else:
+                phases.append(("p", ssize, 0))
+            vals[("mode",)] = nch
         else:
             raise BackendError(f"cpu backend: unknown step {type(s).__name__}")
         vals[("size",)] = size
@@ -281,8 +323,21 @@ class Runner:
         for i, key in enumerate(plan.layout):
             shp[i] = ins[key[1]].shape[key[2]] if key[0] == "in" else vals[key]
         err = np.zeros(ERR_SIZE, dtype=np.int64)
-        bufs = [b for o in outs for b in o.leaves] + [b for a in ins for b in a.leaves]
-        self._call(plan.fn, bufs + [shp, err])
+        args = work + [b for a in ins for b in a.leaves] + [shp, err]
+        for phase, ntask, amount in phases:
+            name = f"{plan.fn}_{phase}"
+            if ntask is None:
+                self._call(name, args)
+            elif ntask == 0:
+                continue
+            elif amount < 0:  # a fixed number of chunks (the private-buffer scatter)
+                self._call(plan.fn + "_par", [plan.parallel.index(phase), ntask, -amount]
+                           + args)
+            elif ntask >= 2 and amount >= codegen.PAR_MIN_WORK and phase in plan.parallel:
+                nch = min(ntask, codegen.PAR_TASKS_PER_THREAD * numba.get_num_threads())
+                self._call(plan.fn + "_par", [plan.parallel.index(phase), ntask, nch] + args)
+            else:
+                self._call(name, [0, ntask, 0] + args)
         if err[0] != 0:
             site = plan.sites[int(err[0]) - 1]
             ix = tuple(int(i) for i in err[1:1 + site.rank])
@@ -291,6 +346,13 @@ class Runner:
                                    f"shape {tshape}")
         for o, v in zip(step_outs(s), outs):
             env[o.name] = v
+
+    @staticmethod
+    def _inner(v, op: str) -> int:
+        n = int(v)
+        if n < 0:
+            raise ShapeError(f"{op}: negative inner length {n}")
+        return n
 
     def _alloc(self, t, shape: tuple, size: int) -> ArrVal:
         return ArrVal(shape, [np.empty(size, dtype=s.dtype) for s in leaves(t.elt)])
