@@ -77,7 +77,7 @@ def convert_args(args, op: str = "run") -> list:
         if isinstance(a, (list, tuple)) and not isinstance(a, np.ndarray):
             raise ProgramTypeError(f"{op}: argument {i} is a {type(a).__name__}; pass NumPy "
                                    "arrays")
-        out.append(np.ascontiguousarray(a))
+        out.append(np.asarray(a, order="C"))  # not ascontiguousarray: it makes 0-d arrays 1-d
     return out
 
 

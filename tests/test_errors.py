@@ -382,3 +382,14 @@ def test_compile_errors_point_at_the_call():
     with pytest.raises(A.OutOfBoundsError) as info:
         c(np.arange(2.0))
     assert THIS_FILE in str(info.value)
+
+
+def test_rank0_arguments_stay_rank0():
+    # NumPy scalars, 0-d arrays and Python numbers are rank-0 arrays (not rank 1)
+    c = A.compile(lambda a: A.unit(A.the(a) * 2), backend="interpreter")
+    for x in (np.float64(1.5), np.array(1.5), 1.5):
+        out = c(x)
+        assert isinstance(out, np.ndarray) and out.shape == () and out == 3.0
+    assert len(c._cache) == 1
+    (sig,) = c._cache
+    assert sig[0].rank == 0
