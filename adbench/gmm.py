@@ -8,7 +8,11 @@ The objective (README "GMM objective", thesis appendix B.1), for ``N`` points ``
     beta_ik = alpha_k + sum(q_k) - 1/2 ||Q_k (x_i - mu_k)||^2
 
 The accel program :func:`objective` is written in the data-parallel style of the
-thesis's appendix C.1 and differentiated with ``A.gradientA`` (:data:`gradient`).
+thesis's appendix C.1 (replicate/zip_with broadcasting, the lower-triangular factors
+built by a ``generate`` with index arithmetic into icf, logsumexp with ``maximum``) and
+differentiated with ``A.gradientA`` (:data:`gradient`).  (Building ``x_i - mu_k`` and the
+triangular product with ``generate`` and indexing instead gives the same values but
+runs about 2.5x slower on the ``cpu`` backend, whose AD turns each index into a scatter.)
 Its parameters are
 
     alphas (K,), means (K, D), icf (K, D(D+1)/2), x (S, D), consts (5,)
@@ -95,19 +99,31 @@ def objective(alphas, means, icf, x, consts):
     nl = icf.shape[1] - d
     ls = A.backpermute((k, nl), lambda ix: (ix[0], ix[1] + d), icf)  # strict lower parts
 
-    # x_i - mu_k for every (point, component, coordinate); point i is x[i mod S].
-    xc = A.generate((n, k, d), lambda ix: x[ix[0] % s, ix[2]] - means[ix[1], ix[2]])
+    # x_i - mu_k for every (point, component, coordinate), as the thesis's shiftedX:
+    # the points (x[i mod S], a gather that needs no derivative) replicated over the
+    # components, minus the means replicated over the points.
+    xs = A.backpermute((n, d), lambda ix: (ix[0] % s, ix[1]), x)
+    xc = A.zip_with(lambda a, b: a - b, A.replicate((A.All, k, A.All), xs),
+                    A.replicate((n, A.All, A.All), means))          # (N, K, D)
 
-    # Q_k (x_i - mu_k): the diagonal part elementwise, the strict lower part as a sum
-    # over columns c < r of l_k[(r, c)] * xc[c], indexing icf directly.
+    # Q_k (x_i - mu_k) = exp(q_k) * xc + L_k xc.  L_k (strictly lower triangular, K x D x D)
+    # is a generate with index arithmetic into icf's l-part; the product is a
+    # sum over the innermost dimension of L_k replicated over points times xc replicated
+    # over rows (the thesis's lxprod).
     def lower(ix):
-        i, kk, r, c = ix
-        return A.cond(c < r, icf[kk, d + _ltri_index(d, r, c)] * xc[i, kk, c], 0.0)
+        kk, r, c = ix
+        return A.cond(c < r, icf[kk, d + _ltri_index(d, r, c)], 0.0)
 
-    lx = A.sum(A.generate((n, k, d, d), lower))                 # (N, K, D)
-    qx = A.generate((n, k, d), lambda ix: qdiags[ix[1], ix[2]] * xc[ix] + lx[ix])
+    lmats = A.generate((k, d, d), lower)
+    lx = A.sum(A.zip_with(lambda a, b: a * b, A.replicate((n, A.All, A.All, A.All), lmats),
+                          A.replicate((A.All, A.All, d, A.All), xc)))   # (N, K, D)
+    qx = A.zip_with(lambda a, b: a + b,
+                    A.zip_with(lambda a, b: a * b, A.replicate((n, A.All, A.All), qdiags), xc),
+                    lx)
     sqn = A.sum(A.map(lambda v: v * v, qx))                     # (N, K)
-    beta = A.generate((n, k), lambda ix: alphas[ix[1]] + sum_qs[ix[1]] - 0.5 * sqn[ix])
+    beta = A.zip_with(lambda a, b: a - 0.5 * b,
+                      A.replicate((n, A.All), A.zip_with(lambda a, b: a + b, alphas, sum_qs)),
+                      sqn)                                      # (N, K)
     slse = A.the(A.sum_all(logsumexp(beta)))
     lse_alpha = A.the(logsumexp(alphas))
 
