@@ -463,7 +463,9 @@ def trace_lam(op: str, fn, param_types: tuple, index_rank: int | None = None,
         else:
             body = to_term(out, result_type)
         body = ctx.close(body)
-    return N.Lam(params, body)
+    # only the taken branch of a cond is evaluated: move branch-only bindings into the
+    # branches now, so that derivatives of this function (gradientE) respect that too
+    return float_in(N.Lam(params, body))
 
 
 def _permute_target(out) -> N.Exp:

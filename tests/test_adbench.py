@@ -236,9 +236,8 @@ def test_ba_numpy_reference_and_zero_rotation():
     assert np.all(np.isfinite(ba.numpy_jacobian(*arr0).vals))
 
 
-@pytest.mark.xfail(strict=True, reason="accel bug: gradientE differentiates both branches "
-                   "of A.cond (the untaken sqrt(0) gives nan); gradientA is right")
 def test_ba_jacobian_zero_rotation():
+    """The untaken branch of a cond (sqrt(0) in Rodrigues' formula) must not leak nan."""
     arr0 = _zero_rotation_arrays()
     rows, cols, vals = A.run(ba.jacobian, *arr0, backend="fused")
     assert np.all(np.isfinite(vals))

@@ -153,3 +153,13 @@ def test_gradient_program_is_an_ordinary_program():
     c = A.compile(A.gradientA(f), backend=B)
     np.testing.assert_allclose(c(np.arange(4.0)), 2 + 6 * np.arange(4.0))
     np.testing.assert_allclose(c(np.arange(2.0)), 2 + 6 * np.arange(2.0))
+
+
+def test_gradientE_only_differentiates_the_taken_branch():
+    # d/dx cond(x > 0, sqrt(x), x): the untaken sqrt at 0 must not turn the derivative nan
+    def prog(a):
+        return A.map(A.gradientE(lambda x: A.cond(x > 0, A.sqrt(x), x)), a)
+    np.testing.assert_allclose(run(prog, np.array([0.0, 4.0])), [1.0, 0.25])
+    g = run(A.gradientA(lambda a: A.sum_all(A.map(lambda x: A.cond(x > 0, A.sqrt(x), x), a))),
+            np.array([0.0, 4.0]))
+    np.testing.assert_allclose(g, [1.0, 0.25])
