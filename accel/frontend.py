@@ -281,7 +281,10 @@ def _unify(op: str, xs: tuple) -> list[N.Exp]:
 
 def prim(op: str, *xs) -> "Exp":
     """Apply scalar primitive ``op`` to user values."""
-    terms = _unify(op, xs)
+    try:
+        terms = _unify(op, xs)
+    except ProgramTypeError as e:
+        raise ProgramTypeError(f"{op}: {e}") from None
     return Exp(_bind_exp(N.PrimApp(op, tuple(terms))))
 
 

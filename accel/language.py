@@ -8,7 +8,8 @@ import builtins
 import numpy as np
 
 from .ast import nodes as N
-from .ast.types import ArrayT, ATupleT, Scalar, TupleT, bool_, float64, int64, shape_type
+from .ast.types import (ArrayT, ATupleT, Scalar, TupleT, bool_, float64, int64,
+                         scalar_of_dtype, shape_type)
 from .errors import ProgramTypeError
 from .frontend import (Acc, All, Exp, _acc, _All, _Ignore, _MaybeIndex, _require_array_level,
                        array_term, bind_array, from_term, lift_like, located, prim,
@@ -21,7 +22,13 @@ from .frontend import (Acc, All, Exp, _acc, _All, _Ignore, _MaybeIndex, _require
 def use(array) -> Acc:
     """Embed a constant NumPy array: ``A.use(np.arange(3.0))``."""
     _require_array_level("use")
-    return bind_array(N.Use(np.asarray(array)))
+    arr = np.asarray(array)
+    try:
+        scalar_of_dtype(arr.dtype)
+    except KeyError:
+        raise ProgramTypeError(f"use: arrays of dtype {arr.dtype} are not supported (use "
+                               "float32, float64, int32, int64 or bool)") from None
+    return bind_array(N.Use(arr))
 
 
 @located
