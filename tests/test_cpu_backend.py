@@ -75,9 +75,9 @@ def kprog(params, steps, result):
     return KernelProgram(tuple(params), KBlock(tuple(steps), res), rt)
 
 
-def both(kp, args, check_bounds=False):
+def both(kp, args, check_bounds=False, runner=None):
     """Run on the CPU backend and on the NumPy evaluator; return (cpu, reference)."""
-    runner = prepare_kernels(kp, check_bounds)
+    runner = runner or prepare_kernels(kp, check_bounds)
     copies = [tuple(np.copy(c) for c in a) if isinstance(a, tuple) else np.copy(a)
               for a in args]
     got = runner(args)
@@ -364,8 +364,10 @@ def test_chunked_fold_non_commutative_gives_sequential_result(small_chunks):
         got, want = both(kp, [x])
         assert_same(got, want)
     x = mats(200_001, 1)  # against a plain sequential loop
-    got = prepare_kernels(kp)([x])
+    r = prepare_kernels(kp)
+    got = r([x])
     assert tuple(int(g) for g in got) == seq_matprod(x, (1, 2, 0, 1))[-1]
+    assert r.stats()["launches"] == {"f_parallel": 1, "comb": 1}
     # a few long rows (each chunked) and fold1
     kp2 = _fold_prog(2, matmul2(), None, compose_t())
     x = tuple(c.reshape(3, 400) for c in mats(1200, 7))
@@ -420,7 +422,9 @@ def test_scans_long_1d_chunked_non_commutative(left, small_chunks):
             got, want = both(kp, [x])
             assert_same(got, want)
         x = mats(100_003, 3)
-        got = prepare_kernels(kp)([x])
+        r = prepare_kernels(kp)
+        got = r([x])
+        assert r.stats()["launches"] == {"t_parallel": 1, "carry": 1, "s_parallel": 1}
         ref = seq_matprod(x, z, left)
         if z is not None:
             ref = [z] + ref
@@ -460,15 +464,18 @@ def test_permute_add_many_collisions_matches_add_at(small_chunks):
     kp = _permute_prog(lam((float64, float64), lambda x, y: P("add", y, x)), float64,
                        lambda t: P("ge", t, i64(0)), f64(1.0))
     rng = np.random.default_rng(5)
+    r = prepare_kernels(kp)
     for n_src, n_tgt in [(10, 4), (1_000_000, 16), (200_000, 50_000), (0, 3), (5, 0),
                          (500, 20)]:
         t = rng.integers(-1, n_tgt, n_src) if n_tgt else -np.ones(n_src, dtype=np.int64)
         v = rng.standard_normal(n_src)
         ref = np.ones(n_tgt)
         np.add.at(ref, t[t >= 0], v[t >= 0])
-        got, want = both(kp, [v, t, np.array(n_tgt)])
+        got, want = both(kp, [v, t, np.array(n_tgt)], runner=r)
         np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9)
         assert_same(got, want, rtol=1e-9, atol=1e-9)
+    launches = r.stats()["launches"]
+    assert launches["p_parallel"] == 2 and launches["p_serial"] == 3  # private buffers used
 
 
 def test_permute_max_int_and_non_recognised_combination():
@@ -624,15 +631,15 @@ os.environ["ACCEL_CACHE_DIR"] = {cache!r}
 from backends.cpu import prepare_kernels
 kp = t._fold_prog(2, t.matmul2(), None, t.compose_t())
 r = prepare_kernels(kp)
-x = tuple(c.reshape(2, 3) for c in t.mats(6))
+x = tuple(c.reshape(2, 5000) for c in t.mats(10000))  # big enough for the parallel driver
 out = r([x])
-print(r.stats()["numba_cache_hits"], int(out[0][0]))
+print(r.stats()["numba_cache_hits"], r.stats()["compiled_functions"], int(out[0][0]))
 """
 
 
 def test_disk_cache_in_a_new_process():
     kp = _fold_prog(2, matmul2(), None, compose_t())
-    x = tuple(c.reshape(2, 3) for c in mats(6))
+    x = tuple(c.reshape(2, 5000) for c in mats(10000))
     want = prepare_kernels(kp)([x])
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = _SUBPROCESS.format(root=root, tests=os.path.join(root, "tests"), cache=_CACHE)
@@ -640,8 +647,8 @@ def test_disk_cache_in_a_new_process():
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    hits, v = res.stdout.split()
-    assert int(hits) >= 1  # loaded from numba's disk cache, not compiled
+    hits, used, v = res.stdout.split()
+    assert int(hits) == int(used) == 2  # the range function and the driver, from disk
     assert int(v) == int(want[0][0])
 
 

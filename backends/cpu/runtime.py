@@ -11,6 +11,7 @@ or another result are copied on the way out.
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
 import time
@@ -146,6 +147,7 @@ class Runner:
         self._lock = threading.Lock()
         self._uses: dict = {}
         self._calls = 0
+        self._counts: collections.Counter = collections.Counter()  # phase launches
         self._collect_uses(kp.body)
 
     # ---- preparation
@@ -328,16 +330,20 @@ class Runner:
             name = f"{plan.fn}_{phase}"
             if ntask is None:
                 self._call(name, args)
+                self._counts[phase] += 1
             elif ntask == 0:
                 continue
             elif amount < 0:  # a fixed number of chunks (the private-buffer scatter)
                 self._call(plan.fn + "_par", [plan.parallel.index(phase), ntask, -amount]
                            + args)
+                self._counts[f"{phase}_parallel"] += 1
             elif ntask >= 2 and amount >= codegen.PAR_MIN_WORK and phase in plan.parallel:
                 nch = min(ntask, codegen.PAR_TASKS_PER_THREAD * numba.get_num_threads())
                 self._call(plan.fn + "_par", [plan.parallel.index(phase), ntask, nch] + args)
+                self._counts[f"{phase}_parallel"] += 1
             else:
                 self._call(name, [0, ntask, 0] + args)
+                self._counts[f"{phase}_serial"] += 1
         if err[0] != 0:
             site = plan.sites[int(err[0]) - 1]
             ix = tuple(int(i) for i in err[1:1 + site.rank])
@@ -395,5 +401,6 @@ class Runner:
             "numba_cache_hits": self._cache_hits,
             "compiled_functions": len(self._compiled),
             "module": getattr(self.module, "__file__", None),
+            "launches": dict(self._counts),  # e.g. {"g_parallel": 2, "p_serial": 1}
             "check_bounds": self.check_bounds,
         }
