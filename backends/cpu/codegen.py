@@ -44,14 +44,17 @@ import sys
 from dataclasses import dataclass, field
 
 from accel.ast import nodes as N
+from accel.ast.traverse import children
 from accel.ast.types import ArrayT, Scalar, TupleT, leaves
 from accel.errors import BackendError
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
                                   KUse)
 
-# Runtime policy constants.  They are part of the semantics only through floating-point
+# Runtime policy constants (read by the host at run time, so tests may lower them).  The
+# chunkings of folds, scans and scatters are part of the semantics through floating-point
 # reassociation, so they are fixed numbers (never the thread count): results are
-# reproducible across machines.
+# reproducible across machines.  The PAR_* constants only spread independent tasks over
+# threads and never change a result.
 FOLD_CHUNKS = 64  # chunks of a long fold (two-level reduction)
 FOLD_CHUNK_MIN_N = 4096  # inner length from which a fold with few rows is chunked
 FOLD_CHUNK_MAX_ROWS = 64  # ... "few rows"
@@ -173,6 +176,7 @@ class KernelPlan:
     fast: str | None = None  # the permute's recognised combination
     chunked: bool = False  # the scan has the chunked three-phase path
     parallel: list = field(default_factory=list)  # phases of the driver, by ``which``
+    weight: int = 1  # rough cost of one element (scales the work of a phase)
 
 
 @dataclass
@@ -940,6 +944,26 @@ def gen_permute(s: KPermute, check: bool):
 _GEN = {KGenerate: gen_generate, KFold: gen_fold, KScan: gen_scan, KPermute: gen_permute}
 
 
+def step_weight(s) -> int:
+    """A rough per-element cost of a loop step: 1 for a few operations, more for long
+    element functions, and large if they loop (``While``), so that a few expensive
+    elements still run in parallel."""
+    ops, loops, seen = 0, False, set()
+    stack = [getattr(s, f) for f in ("f", "src", "target", "value", "comb", "defaults")
+             if getattr(s, f, None) is not None]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, N.While):
+            loops = True
+        elif isinstance(e, (N.PrimApp, N.Index)):
+            ops += 1
+        stack.extend(children(e))
+    return PAR_MIN_WORK if loops else max(1, ops // 8)
+
+
 # --------------------------------------------------------------------------- module
 
 
@@ -981,7 +1005,8 @@ def _generate(body: KBlock, check_bounds: bool) -> Module:
                     texts.append(text.replace("KERNEL_", name + "_"))
                 mod.plans[id(s)] = KernelPlan(s, name, list(g.array_order), list(g.layout),
                                               list(g.sites), extra.get("fast"),
-                                              extra.get("chunked", False), list(g.parallel))
+                                              extra.get("chunked", False), list(g.parallel),
+                                              step_weight(s))
             elif isinstance(s, KAcond):
                 visit(s.t)
                 visit(s.e)

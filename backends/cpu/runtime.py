@@ -337,7 +337,8 @@ class Runner:
                 self._call(plan.fn + "_par", [plan.parallel.index(phase), ntask, -amount]
                            + args)
                 self._counts[f"{phase}_parallel"] += 1
-            elif ntask >= 2 and amount >= codegen.PAR_MIN_WORK and phase in plan.parallel:
+            elif (ntask >= 2 and amount * plan.weight >= codegen.PAR_MIN_WORK
+                  and phase in plan.parallel):
                 nch = min(ntask, codegen.PAR_TASKS_PER_THREAD * numba.get_num_threads())
                 self._call(plan.fn + "_par", [plan.parallel.index(phase), ntask, nch] + args)
                 self._counts[f"{phase}_parallel"] += 1
