@@ -58,7 +58,7 @@ def _is_float_array(t) -> bool:
 
 
 def gradient_program(prog: N.Program, wrt, op="gradientA", with_value=False,
-                     mode: str = "store"):
+                     mode: str | None = None):
     """(derivative program, whether a single gradient array is returned)."""
     t = prog.type
     if not (isinstance(t, ArrayT) and t.rank == 0 and isinstance(t.elt, Scalar)
@@ -91,11 +91,12 @@ def _derivative(f, wrt, op: str, with_value: bool, mode: str):
     return program
 
 
-def gradientA(f, wrt=None, *, mode: str = "store"):
+def gradientA(f, wrt=None, *, mode: str | None = None):
     """The gradient program of a scalar-valued program ``f``.
 
     ``mode`` picks how expression temporaries reach the dual pass: ``"store"``
-    (computed once, kept in arrays) or ``"recompute"`` (recomputed in the dual).
+    (computed once, kept in arrays) or ``"recompute"`` (recomputed in the dual; the
+    default, ``reverse.DEFAULT_MODE``, chosen by ``benchmarks/ad_modes.py``).
 
     >>> g = A.gradientA(lambda x: A.sum_all(A.map(lambda v: v * v, x)))
     >>> A.run(g, np.arange(3.0), backend="interpreter")   # array([0., 2., 4.])
@@ -103,7 +104,7 @@ def gradientA(f, wrt=None, *, mode: str = "store"):
     return _derivative(f, wrt, "gradientA", False, mode)
 
 
-def value_and_gradientA(f, wrt=None, *, mode: str = "store"):
+def value_and_gradientA(f, wrt=None, *, mode: str | None = None):
     """Like ``gradientA`` but the program returns ``(value, gradient)``."""
     return _derivative(f, wrt, "value_and_gradientA", True, mode)
 
