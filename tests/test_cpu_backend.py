@@ -664,6 +664,17 @@ def test_corrupted_cache_file_is_rebuilt():
     np.testing.assert_array_equal(r2([a, np.array([1, 0])]), [4.0, 1.0])
     with open(path) as f:
         assert f.read() == r2.gen.source
+    # corrupted numba cache files (index and data) are flushed and rebuilt too
+    pyc = os.path.join(os.path.dirname(path), "__pycache__")
+    stem = os.path.basename(path)[:-3]
+    corrupted = [f for f in os.listdir(pyc) if f.startswith(stem + ".")]
+    assert corrupted
+    for f in corrupted:
+        with open(os.path.join(pyc, f), "w") as fh:
+            fh.write("garbage")
+    cache.clear_memory_cache()
+    r3 = prepare_kernels(kp, True)
+    np.testing.assert_array_equal(r3([a, np.array([1, 0])]), [4.0, 1.0])
 
 
 def test_generated_source_is_deterministic_and_names_free():

@@ -18,6 +18,8 @@ import time
 
 import numba
 import numpy as np
+from numba.core.caching import NullCache
+from numba.core.registry import CPUDispatcher
 
 from accel.ast.types import ArrayT, ATupleT, TupleT, leaves, scalar_of_dtype
 from accel.errors import BackendError, OutOfBoundsError, ProgramTypeError, ShapeError
@@ -372,15 +374,38 @@ class Runner:
                     sig = tuple(numba.typeof(a) for a in args)
                     hits = sum(fn.stats.cache_hits.values())
                     t0 = time.perf_counter()
-                    try:
-                        fn.compile(sig)
-                    except Exception as e:
-                        raise BackendError(f"cpu backend: numba failed to compile kernel "
-                                           f"{name}: {e}") from e
+                    self._compile(name, fn, sig)
                     self._compile_seconds += time.perf_counter() - t0
                     self._cache_hits += sum(fn.stats.cache_hits.values()) - hits
                 self._compiled.add(name)
         fn(*args)
+
+    def _compile(self, name: str, fn, sig) -> None:
+        """``fn.compile(sig)``, surviving a corrupted numba cache: on failure the caches
+        of the module's functions are flushed and, if that is not enough, disabled."""
+        try:
+            fn.compile(sig)
+            return
+        except Exception as e:  # noqa: BLE001 - retried below, then reported
+            first = e
+        dispatchers = [d for d in vars(self.module).values()
+                       if isinstance(d, CPUDispatcher)]
+        for fix in ("flush", "disable"):
+            for d in dispatchers:
+                try:
+                    if fix == "flush":
+                        d._cache.flush()
+                    else:
+                        d._cache = NullCache()
+                except Exception:  # noqa: BLE001 - best effort
+                    pass
+            try:
+                fn.compile(sig)
+                return
+            except Exception:  # noqa: BLE001
+                continue
+        raise BackendError(f"cpu backend: numba failed to compile kernel {name}: "
+                           f"{first}") from first
 
     def show(self) -> str:
         """The kernel program, as text."""
