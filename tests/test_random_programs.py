@@ -28,12 +28,13 @@ from accel.pipeline import BACKENDS
 from accel.testing.programs import (ALL_FEATURES, ProgramDesc, RandomSource, ReplaySource,
                                     generate_program)
 from accel.testing.properties import (PropertyFailure, Skip, check_backends, check_gradient,
-                                      gradient_typechecks)
+                                      gradient_typechecks, usable)
 from accel.testing.soak import shrink
 from strategies import SLOW, programs, slow_settings
 
 ROOT = Path(__file__).resolve().parents[1]
-OTHER = [b for b in BACKENDS if b not in ("interpreter", "cpu")]
+OTHER = [b for b in BACKENDS if b not in ("interpreter", "cpu") and usable(b)]
+CPU = usable("cpu")
 
 
 # --------------------------------------------------------------------------- the generator
@@ -108,7 +109,7 @@ def test_backends_agree_with_the_interpreter(backend, desc):
 
 # numba compiles take seconds per kernel: few, small, derandomized examples (the same ones
 # every run, so that the cpu backend's disk cache makes reruns fast)
-@pytest.mark.skipif("cpu" not in BACKENDS, reason="the cpu backend is not available")
+@pytest.mark.skipif(not CPU, reason="the cpu backend is not available")
 @settings(max_examples=5, derandomize=True, **SLOW)
 @given(desc=programs(max_stmts=3))
 def test_cpu_backend_agrees_with_the_interpreter(desc):
@@ -124,7 +125,7 @@ def test_reverse_forward_and_finite_differences_agree(desc):
         pass
 
 
-@pytest.mark.skipif("cpu" not in BACKENDS, reason="the cpu backend is not available")
+@pytest.mark.skipif(not CPU, reason="the cpu backend is not available")
 @settings(max_examples=2, derandomize=True, **SLOW)
 @given(desc=programs(differentiable=True, max_stmts=2))
 def test_cpu_backend_runs_gradient_programs_like_the_interpreter(desc):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ast import nodes as N
-from ..ast.types import ArrayT, ATupleT, Scalar, TupleT, float64
+from ..ast.types import ArrayT, ATupleT, Scalar, float64
 from ..errors import NotDifferentiableError, ProgramTypeError, ShapeError
 from ..frontend import (Acc, Exp, _acc, _bind_exp, _current, _Open, arg_type, call_program,
                         from_term, located, to_term, trace_lam, trace_program)
@@ -211,8 +211,10 @@ def vjp(f, *args):
 
 
 def _zero_like(a: Acc):
-    t = a.type.elt
-    return to_term(0, t) if not isinstance(t, TupleT) else to_term(tuple(0 for _ in t.items))
+    """The zero element of ``a``'s type, as a user value (``Exp`` or tuple of them) that
+    ``fill`` accepts: 0, 0.0, False or a tuple of those."""
+    from .blocks import zero
+    return from_term(zero(a.type.elt))
 
 
 __all__ = ["gradientA", "value_and_gradientA", "gradientE", "vjp", "default_backend",

@@ -179,6 +179,9 @@ class ProgramDesc:
     def __repr__(self) -> str:
         return "ProgramDesc(\n" + self.reproducer() + ")"
 
+    def _repr_pretty_(self, p, cycle):  # hypothesis prints falsifying examples this way
+        p.text(repr(self))
+
     def build(self):
         import accel
         ns = {"A": accel, "np": np}
@@ -483,7 +486,10 @@ class Gen:
             return _const(t, 0)
         d = self.src.int(0, a.rank - 1)
         self.feat("shape")
-        code = f"{a.name}.shape[{d}]"
+        code = self.src.weighted([(4, f"{a.name}.shape[{d}]"), (1, f"A.shape({a.name})[{d}]"),
+                                  (1, f"A.size({a.name})")])
+        if code.startswith("A.size"):
+            self.feat("size")
         return E(code if t == I64 else f"A.to_int({code}, A.int32)")
 
     # bool
@@ -610,6 +616,9 @@ class Gen:
         cands = [a for a in self.arrays if pred(a)]
         if not cands:
             return None
+        unused = [a for a in cands if a.name not in self.used]
+        if unused and unused[-1] is not cands[-1] and self.src.flag(0.4):
+            cands = unused  # let the inputs and earlier results flow into the result
         a = self.src.recent(cands)
         self.used.add(a.name)
         return a
@@ -1152,7 +1161,7 @@ ALL_FEATURES = frozenset(
      "sum", "product", "maximum", "minimum", "fold_all", "sum_all", "scanl", "scanr",
      "scanl1", "scanr1", "backpermute", "permute", "permute_add", "permute_max", "ignore",
      "replicate", "slice", "reshape", "transpose", "flatten", "acond", "awhile", "the",
-     "top_scalar", "shape", "index", "index_clamp", "cond", "while_", "let", "share",
+     "top_scalar", "shape", "size", "index", "index_clamp", "cond", "while_", "let", "share",
      "tuple", "tuple_result", "to_float", "to_int", "compare", "logic", "nan_inf_input",
      "add", "sub", "mul", "div", "floordiv", "mod", "pow", "neg", "abs", "max", "min",
      "and", "or", "xor", "not", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",

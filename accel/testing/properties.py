@@ -13,7 +13,8 @@ the soak.
   along random directions, and both with central finite differences away from kinks
   (a kink or jump is detected by comparing one-sided differences at two step sizes);
   store and recompute modes agree; every backend runs the gradient program like the
-  interpreter.
+  interpreter; and the dot-product test ``<vjp(ct), t> == <ct, jvp(t)>`` holds for the
+  program's (non-scalar, maybe tuple) results, with ``A.vjp`` traced inside a program.
 """
 
 from __future__ import annotations
@@ -38,11 +39,29 @@ class Skip(Exception):
     """The property does not apply to this program (the message says why)."""
 
 
+_USABLE: dict = {}
+
+
+def usable(backend: str) -> bool:
+    """Whether ``backend`` is listed in ``accel.pipeline.BACKENDS`` *and* runs here (the
+    ``cuda`` backend is listed but needs a GPU or the simulator): probed once."""
+    from accel.pipeline import BACKENDS
+    if backend not in BACKENDS:
+        return False
+    if backend not in _USABLE:
+        try:
+            A.run(lambda a: A.map(lambda v: v + 1.0, a), np.zeros(2), backend=backend)
+            _USABLE[backend] = True
+        except A.BackendError:
+            _USABLE[backend] = False
+    return _USABLE[backend]
+
+
 def available_backends(requested=None) -> list[str]:
-    """The requested backends (default: all) that ``accel.pipeline.BACKENDS`` provides."""
+    """The requested backends (default: all listed) that are usable here."""
     from accel.pipeline import BACKENDS
     names = list(BACKENDS) if requested is None else list(requested)
-    return [b for b in names if b in BACKENDS]
+    return [b for b in names if usable(b)]
 
 
 def leaves(v) -> list:
@@ -239,7 +258,40 @@ def check_gradient(desc: ProgramDesc, backends=None, directions: int = 2, seed: 
             raise PropertyFailure("gradient", "reverse != finite differences",
                                   f"<gradientA, t> = {rev!r} but finite differences give "
                                   f"{fd!r}")
+    _check_dot_product(desc, prog, args, wrt, rng)
     return "ok" if fd_done else "ok (kink: no finite differences)"
+
+
+def _check_dot_product(desc, prog, args, wrt, rng):
+    """``<vjp(ct), t> == <ct, jvp(t)>`` for the program's (non-scalar, maybe tuple) results,
+    with ``A.vjp`` traced inside a program and ``A.jvp`` on NumPy arrays."""
+    outs = A.run(prog, *desc.args(), backend="interpreter")
+    tuple_result = isinstance(outs, tuple)
+    cts = [rng.standard_normal(np.shape(o)) for o in leaves(outs)]
+    n = len(args)
+
+    def pull(*xs):
+        _, pullback = A.vjp(prog, *xs[:n])
+        return pullback(tuple(xs[n:]) if tuple_result else xs[n])
+
+    try:
+        vj = A.run(pull, *desc.args(), *cts, backend="interpreter")
+    except Exception as e:
+        raise PropertyFailure("gradient", f"vjp {type(e).__name__}", _describe(e)) from e
+    t_full = [rng.standard_normal(a.shape) if a.dtype.kind == "f" else None for a in args]
+    try:
+        _, tout = A.jvp(prog, tuple(desc.args()), tuple(t_full), backend="interpreter")
+    except Exception as e:
+        raise PropertyFailure("gradient", f"jvp {type(e).__name__}", _describe(e)) from e
+    lhs = float(sum(np.sum(vj[i] * t_full[i]) for i in wrt))
+    rhs = float(sum(np.sum(c * t) for c, t in zip(cts, leaves(tout))))
+    scale = float(sum(np.sum(np.abs(vj[i] * t_full[i])) for i in wrt)) + \
+        float(sum(np.sum(np.abs(c * t)) for c, t in zip(cts, leaves(tout))))
+    if not np.isfinite(scale):
+        return
+    if not abs(lhs - rhs) <= 1e-7 * scale + 1e-9:
+        raise PropertyFailure("gradient", "vjp/jvp dot product",
+                              f"<vjp(ct), t> = {lhs!r} but <ct, jvp(t)> = {rhs!r}")
 
 
 PROPERTIES = {"backends": check_backends, "gradient": check_gradient}

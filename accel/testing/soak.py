@@ -55,6 +55,8 @@ def run_property(name: str, desc: ProgramDesc, backends, timeout: float = 0.0):
     except Skip as e:
         return ("skip", str(e))
     except PropertyFailure as e:
+        if "no result after" in str(e):  # our alarm, caught and wrapped by a backend
+            return ("fail", f"{name}: timeout", str(e))
         return ("fail", f"{e.prop}: {e.kind}", str(e))
     except _Timeout as e:
         return ("fail", f"{name}: timeout", str(e))
@@ -128,7 +130,7 @@ def shrink(desc: ProgramDesc, fails, budget: int = 200, **gen_kw) -> tuple[Progr
 
 
 def soak(n: int, backends, seed: int = 0, start: int = 0, grad_every: int = 3,
-         show: int = 3, shrink_budget: int = 200, timeout: float = 60.0, out=sys.stdout,
+         show: int = 3, shrink_budget: int = 200, timeout: float = 600.0, out=sys.stdout,
          progress: bool = True, **gen_kw) -> dict:
     """Run ``n`` programs; print and return the counts and the (shrunk) failures."""
     counts = {p: collections.Counter() for p in ("backends", "gradient")}
@@ -207,7 +209,8 @@ def main(argv=None) -> int:
                     help="every k-th program is differentiable (0: none)")
     ap.add_argument("--show", type=int, default=3, help="failure kinds to shrink and print")
     ap.add_argument("--shrink-budget", type=int, default=200)
-    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per property run")
+    ap.add_argument("--timeout", type=float, default=600.0,
+                    help="seconds per property run (numba compiles can take minutes)")
     ap.add_argument("--max-stmts", type=int, default=6)
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)

@@ -9,8 +9,9 @@ import pytest
 
 import accel as A
 from accel.pipeline import BACKENDS
+from accel.testing.properties import usable
 
-KERNEL_BACKENDS = [b for b in BACKENDS if b != "interpreter"]
+KERNEL_BACKENDS = [b for b in BACKENDS if b != "interpreter" and usable(b)]
 
 
 def _counted_awhile_loss(a0):
@@ -64,3 +65,18 @@ def test_integer_arrays_computed_from_differentiated_inputs_carry_no_derivative(
     np.testing.assert_allclose(A.run(A.gradientA(f), x, backend="interpreter"), want)
     _, t = A.jvp(f, (x,), (np.ones(3),), backend="interpreter")
     np.testing.assert_allclose(t, sum(want))
+
+
+def test_traced_vjp_with_integer_and_bool_parameters():
+    # was: ProgramTypeError "cannot use Const value Const(value=0, ty=int64) in an accel
+    # expression": the traced pullback built the zero cotangents of non-floating parameters
+    # from a term instead of a user value (fixed in accel/ad/api.py, _zero_like)
+    def pull(x, k, b, ct):
+        _, pullback = A.vjp(lambda a, n, c: A.map(lambda v: v * 2.0, a), x, k, b)
+        return pullback(ct)
+
+    gx, gk, gb = A.run(pull, np.ones(2), np.arange(2, dtype=np.int32), np.array([True, False]),
+                       np.array([1.0, 3.0]), backend="interpreter")
+    np.testing.assert_array_equal(gx, [2.0, 6.0])
+    assert gk.dtype == np.int32 and not gk.any()
+    assert gb.dtype == np.bool_ and not gb.any()
