@@ -188,3 +188,19 @@ def test_while_body_reading_outer_variables_and_data_dependent_trip_count():
         return A.sum_all(A.map(lambda v: A.while_(
             lambda s: s[0] < 4.0, lambda s: (s[0] * v + 0.2, s[1] + 1), (v, 0))[0], a))
     assert A.check_grad(f, np.array([1.2, 1.5, 2.5]), backend=B)
+
+
+@pytest.mark.parametrize("name", ["scanr_general", "permute_max", "fold_tuple_complex_mul",
+                                  "permute_plus_ignore"])
+def test_new_rules_on_the_cpu_backend(name):
+    f, shapes = CASES[name]
+    rng = np.random.default_rng(7)
+    xs = [rng.uniform(0.3, 1.7, size=s) + np.arange(int(np.prod(s))).reshape(s) * 0.37
+          + 0.11 * k for k, s in enumerate(shapes)]
+    report = A.check_grad(f, *xs, backend="cpu", rtol=1e-4, atol=1e-6)
+    assert report.ok, report
+
+
+def test_awhile_reverse_on_the_cpu_backend():
+    x, w = np.array([0.3, 0.5, 0.2]), np.array([1.1, 0.9, 1.2])
+    assert A.check_grad(_awhile_prog(6.0, 2), x, w, backend="cpu", rtol=1e-5, atol=1e-8)
