@@ -605,12 +605,12 @@ def test_backend_error_without_gpu_or_simulator_or_numba_cuda():
 
 
 def test_every_kernel_compiles_to_ptx_for_cc90():
-    """The parity corpus and the extra programs compile to PTX for compute capability
-    9.0 (``python -m backends.cuda.ptxcheck`` also does the ADBench programs and the
+    """The parity corpus, the extra programs and the GMM and BA gradient programs compile
+    to PTX for compute capability 9.0 (``python -m backends.cuda.ptxcheck`` also does the
     bounds-checked variants).  Runs in a subprocess without the simulator."""
     env = {"NUMBA_ENABLE_CUDASIM": None}
     res = _python("import sys; from backends.cuda.ptxcheck import main; "
-                  "sys.exit(main(['--quick', '--quiet']))", env)
+                  "sys.exit(main(['--quick', '--adbench', '--quiet']))", env)
     if res.returncode == 3:
         pytest.skip("cuda.compile_ptx is unavailable: " + res.stderr.strip()[-300:])
     assert res.returncode == 0, res.stdout + res.stderr

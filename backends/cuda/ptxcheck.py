@@ -94,9 +94,9 @@ def _extra_corpus() -> dict:
     }
 
 
-def corpus(quick: bool = False) -> dict:
+def corpus(quick: bool = False, adbench: bool = False) -> dict:
     """name -> (program, arguments); ``quick`` leaves out the (slow to compile) ADBench
-    programs."""
+    programs unless ``adbench``."""
     progs = {}
     spec = importlib.util.spec_from_file_location(
         "_accel_parity_corpus", ROOT / "tests" / "test_backend_parity.py")
@@ -105,7 +105,7 @@ def corpus(quick: bool = False) -> dict:
         spec.loader.exec_module(mod)
         progs.update(mod.CORPUS)
     progs.update(_extra_corpus())
-    if quick:
+    if quick and not adbench:
         return progs
     from adbench import ba, gmm
     from adbench import io as aio
@@ -173,11 +173,11 @@ def probe(cc=(9, 0)) -> str | None:
     return None
 
 
-def run(cc=(9, 0), verbose: bool = True, quick: bool = False) -> tuple:
+def run(cc=(9, 0), verbose: bool = True, quick: bool = False, adbench: bool = False) -> tuple:
     """``(kernels compiled, failures)`` over the corpus, with and without bounds checks
     (``quick``: a smaller corpus, without bounds checks)."""
     n, failures = 0, []
-    for name, (fn, args) in corpus(quick).items():
+    for name, (fn, args) in corpus(quick, adbench).items():
         t0 = time.perf_counter()
         try:
             kp = kernel_program(fn, args)
@@ -210,6 +210,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--quick", action="store_true",
                     help="parity and extra corpus only, without the bounds-checked variants")
+    ap.add_argument("--adbench", action="store_true",
+                    help="with --quick: include the GMM and BA programs")
     ns = ap.parse_args(argv)
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
         env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
@@ -224,7 +226,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return UNAVAILABLE
     t0 = time.perf_counter()
-    n, failures = run(cc, verbose=not ns.quiet, quick=ns.quick)
+    n, failures = run(cc, verbose=not ns.quiet, quick=ns.quick, adbench=ns.adbench)
     for name, msg in failures:
         print(f"FAILED {name}: {msg}", file=sys.stderr)
     print(f"{n} kernels compiled to PTX for compute capability {cc[0]}.{cc[1]} "
