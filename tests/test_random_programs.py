@@ -3,8 +3,11 @@
 - the interpreter (the oracle) and every other backend give the same results;
 - for differentiable programs (float results summed to a scalar ``loss``): the gradient
   program type-checks, reverse mode == forward mode along random directions == finite
-  differences away from kinks, store mode == recompute mode, and every backend runs the
-  gradient program like the interpreter.
+  differences away from kinks, store mode == recompute mode, every backend runs the
+  gradient program like the interpreter, and ``<vjp(ct), t> == <ct, jvp(t)>``.
+
+The cpu backend gets few, small, derandomized examples (numba compiles are slow; the
+same examples every run hit its disk cache).
 
 Failures print the shrunk program as a runnable reproducer.  The soak
 (``python -m accel.testing.soak --n 2000``) runs the same properties on thousands of

@@ -1,6 +1,7 @@
 """Soak test: thousands of random programs through the differential properties.
 
     python -m accel.testing.soak --n 2000 [--backends interpreter,fused] [--seed S]
+    python -m accel.testing.soak --n 300 --backends interpreter,cuda --cudasim
 
 Program ``i`` is drawn from ``random.Random(f"{seed}:{i}")`` (so any program can be
 regenerated alone with ``--seed S --start i --n 1``); every ``--grad-every``-th one is
@@ -212,8 +213,16 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0,
                     help="seconds per property run (numba compiles can take minutes)")
     ap.add_argument("--max-stmts", type=int, default=6)
+    ap.add_argument("--known-bugs", action="store_true",
+                    help="also generate the constructs of the open regressions")
+    ap.add_argument("--cudasim", action="store_true",
+                    help="run the cuda backend on numba's CUDA simulator (sets "
+                         "NUMBA_ENABLE_CUDASIM=1 before numba.cuda is imported)")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
+    if a.cudasim:
+        import os
+        os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
     requested = None if a.backends is None else [b for b in a.backends.split(",") if b]
     backends = available_backends(requested)
     missing = sorted(set(requested or ()) - set(backends))
@@ -223,7 +232,8 @@ def main(argv=None) -> int:
     if "interpreter" not in backends:
         backends.insert(0, "interpreter")
     res = soak(a.n, backends, a.seed, a.start, a.grad_every, a.show, a.shrink_budget,
-               a.timeout, progress=not a.quiet, max_stmts=a.max_stmts)
+               a.timeout, progress=not a.quiet, max_stmts=a.max_stmts,
+               avoid_known_bugs=not a.known_bugs)
     return 1 if res["failures"] else 0
 
 

@@ -80,3 +80,64 @@ def test_traced_vjp_with_integer_and_bool_parameters():
     np.testing.assert_array_equal(gx, [2.0, 6.0])
     assert gk.dtype == np.int32 and not gk.any()
     assert gb.dtype == np.bool_ and not gb.any()
+
+
+def _shrinking_awhile(x, y):
+    def cond(s):
+        return A.the(s[0]) < 2
+
+    def body(s):
+        k, v = s
+        return (A.map(lambda c: c + 1, k), A.zip_with(lambda p, q: A.sin(p) * q, v, y))
+    return A.sum_all(A.awhile(cond, body, (A.unit(0), x))[1])
+
+
+def test_forward_mode_through_awhile_whose_state_shrinks():
+    x, y = np.array([0.3, 0.7, 1.1]), np.array([0.5, 2.0])
+    _, t = A.jvp(_shrinking_awhile, (x, y), (np.ones(3), np.zeros(2)), backend="interpreter")
+    v1 = np.sin(x[:2]) * y
+    np.testing.assert_allclose(t, np.sum(np.cos(v1) * y * np.cos(x[:2]) * y), rtol=1e-12)
+
+
+@pytest.mark.xfail(strict=True, raises=A.OutOfBoundsError,
+                   reason="reverse mode through awhile assumes the state keeps its shape: "
+                          "when the body shrinks it (zip_with with a smaller array, (3,) -> "
+                          "(2,)), the dual pass indexes the loop tape out of bounds "
+                          "(accel/ad/loops.py), in both store and recompute modes")
+@pytest.mark.parametrize("mode", ["store", "recompute"])
+def test_reverse_mode_through_awhile_whose_state_shrinks(mode):
+    # found by the soak (seed 11, programs 1259 and 2477)
+    x, y = np.array([0.3, 0.7, 1.1]), np.array([0.5, 2.0])
+    g = A.run(A.gradientA(_shrinking_awhile, wrt=0, mode=mode), x, y, backend="interpreter")
+    v1 = np.sin(x[:2]) * y
+    np.testing.assert_allclose(g, list(np.cos(v1) * y * np.cos(x[:2]) * y) + [0.0],
+                               rtol=1e-12)
+
+
+def _top_level_scalar_in_while(a):
+    c = A.the(A.sum_all(a))  # a scalar computed at the top level ...
+
+    def f(v):  # ... used in the body of a scalar loop (API.md allows it in any function)
+        return A.while_(lambda s: s[0] < 2, lambda s: (s[0] + 1, s[1] * c), (0, v))[1]
+    return A.sum_all(A.map(f, a))
+
+
+def test_forward_mode_with_a_top_level_scalar_in_a_while_body():
+    x = np.array([0.5, 1.5])
+    _, t = A.jvp(_top_level_scalar_in_while, (x,), (np.array([1.0, 0.0]),),
+                 backend="interpreter")
+    c = x.sum()
+    np.testing.assert_allclose(t, c ** 2 + 2 * c * x.sum())
+
+
+@pytest.mark.xfail(strict=True, raises=A.NotDifferentiableError,
+                   reason="the frontend embeds the top-level scalar (an Index into the "
+                          "differentiated array) inside the while_ body, where reverse mode "
+                          "does not support indexing active arrays ('use awhile'); binding "
+                          "embedded top-level scalars outside the loop would avoid it")
+def test_reverse_mode_with_a_top_level_scalar_in_a_while_body():
+    # found by the soak (--max-stmts 10, seed 15, program 986)
+    x = np.array([0.5, 1.5])
+    g = A.run(A.gradientA(_top_level_scalar_in_while), x, backend="interpreter")
+    c = x.sum()
+    np.testing.assert_allclose(g, [c ** 2 + 2 * c * x.sum()] * 2)
