@@ -17,7 +17,7 @@ not supported (each iteration would add an index adjoint).
 from __future__ import annotations
 
 from ..ast import nodes as N
-from ..ast.traverse import free_vars, freshen, substitute
+from ..ast.traverse import apply_lam, free_vars, freshen, substitute
 from ..ast.types import ArrayT, ATupleT, TupleT, bool_, int64, shape_type
 from ..errors import NotDifferentiableError
 from .anf import ABind, leaves, tree_like, tree_term, type_leaves
@@ -300,11 +300,7 @@ def while_dual(rev, b, op: N.While):
         return N.Lam(ps, fn(*ps))
 
     def app(lam, *args):
-        lam = freshen(lam)
-        body = lam.body
-        for p, a in reversed(list(zip(lam.params, args))):
-            body = N.Let(p, a, body)
-        return body
+        return apply_lam(lam, args)
 
     one = _c(1)
     KS = TupleT((S, int64))

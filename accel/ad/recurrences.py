@@ -16,7 +16,7 @@ Right scans are left scans in reversed coordinates with ``g(acc, x) = f(x, acc)`
 from __future__ import annotations
 
 from ..ast import nodes as N
-from ..ast.traverse import freshen
+from ..ast.traverse import apply_lam as _apply, freshen
 from ..ast.types import TupleT, int64, shape_type
 from ..errors import NotDifferentiableError
 from . import expr as X
@@ -116,14 +116,6 @@ class Recurrence:
                     s = term if s is None else _p("add", s, term)
                 items.append(s)
         return N.Lam((u, v), N.Tuple(tuple(items)))
-
-
-def _apply(lam: N.Lam, args) -> N.Exp:
-    lam = freshen(lam)
-    body = lam.body
-    for p, a in reversed(list(zip(lam.params, args))):
-        body = N.Let(p, a, body)
-    return body
 
 
 def recurrence_dual(rev, f: N.Lam, z, a: N.Avar, accs: N.Avar, dacc, has_z: bool,

@@ -15,7 +15,7 @@ Each dual rule below starts with a comment: primal / reverse sweep.
 from __future__ import annotations
 
 from ..ast import nodes as N
-from ..ast.traverse import free_vars, freshen
+from ..ast.traverse import apply_lam as _apply, free_vars, freshen
 from ..ast.types import ArrayT, Scalar, TupleT, bool_, has_float, int64, shape_type
 from ..errors import NotDifferentiableError
 from . import expr as X
@@ -482,14 +482,6 @@ class ARev:
         self.binds.append(ABind(outs, ACondB(op.c, blocks[0], blocks[1])))
         for v, o in zip(ovars, outs):
             self.contribute(v, o, exact=False)
-
-
-def _apply(lam: N.Lam, args: tuple) -> N.Exp:
-    lam = freshen(lam)
-    body = lam.body
-    for p, a in reversed(list(zip(lam.params, args))):
-        body = N.Let(p, a, body)
-    return body
 
 
 # --------------------------------------------------------------------------- assembly

@@ -178,3 +178,14 @@ def walk(n: Node):
         x = stack.pop()
         yield x
         stack.extend(reversed(children(x)))
+
+
+def apply_lam(lam, args):
+    """``lam`` applied to argument expressions: one ``Let`` per parameter, binders fresh
+    (so the same function can be applied many times in one program)."""
+    from .nodes import Let
+    lam = freshen(lam)
+    body = lam.body
+    for p, a in reversed(list(zip(lam.params, args))):
+        body = Let(p, a, body)
+    return body
