@@ -224,6 +224,7 @@ def _embed(term: N.Exp) -> N.Exp:
     for c in reversed(_stack):
         if c.level != "exp":
             break
+        ctx = c  # the outermost scalar function: not re-evaluated in inner loops
         hit = c.embedded.get(id(term))
         if hit is not None and hit[0] is term:
             return hit[1]

@@ -130,12 +130,8 @@ def test_forward_mode_with_a_top_level_scalar_in_a_while_body():
     np.testing.assert_allclose(t, c ** 2 + 2 * c * x.sum())
 
 
-@pytest.mark.xfail(strict=True, raises=A.NotDifferentiableError,
-                   reason="the frontend embeds the top-level scalar (an Index into the "
-                          "differentiated array) inside the while_ body, where reverse mode "
-                          "does not support indexing active arrays ('use awhile'); binding "
-                          "embedded top-level scalars outside the loop would avoid it")
 def test_reverse_mode_with_a_top_level_scalar_in_a_while_body():
+    """A top-level scalar is bound in the outermost scalar function, outside the loop."""
     # found by the soak (--max-stmts 10, seed 15, program 986)
     x = np.array([0.5, 1.5])
     g = A.run(A.gradientA(_top_level_scalar_in_while), x, backend="interpreter")
