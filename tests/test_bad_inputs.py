@@ -404,6 +404,27 @@ def test_huge_allocation_raises_and_does_not_crash(backend):
     assert "RAISED" in out and ("MemoryError" in out or "Error" in out), out
 
 
+def test_cuda_without_a_gpu_or_simulator_is_a_backend_error():
+    if "cuda" not in BACKENDS:
+        pytest.skip("no cuda backend")
+    if os.path.exists("/proc/driver/nvidia/gpus"):
+        pytest.skip("this machine has a GPU")
+    code = """
+    import numpy as np, accel as A
+    x = np.arange(3.0)
+    try:
+        A.run(lambda a: A.map(lambda v: v + 1.0, a), x, backend="cuda")
+    except A.BackendError as e:
+        print("BACKENDERROR", e)
+    assert np.array_equal(x, np.arange(3.0))
+    """
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, timeout=600,
+                       capture_output=True, text=True, env={**env, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "BACKENDERROR" in r.stdout and "cuda" in r.stdout, r.stdout + r.stderr
+
+
 # --------------------------------------------------------------------------- NaN, infinities
 
 SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 1e308])

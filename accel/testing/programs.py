@@ -564,11 +564,7 @@ class Gen:
         k, x = self.fresh("k"), self.fresh("x")
         # reverse mode differentiates while_ by recomputation, which does not support a
         # body indexing arrays that carry a derivative (NotDifferentiableError)
-        outer = blk.vars
-        if self.diff and self.avoid_known_bugs:  # top-level scalars may be array indexes
-            top = {name for name, _ in self.top.vars}
-            outer = [v for v in outer if v[0].split("[")[0] not in top]
-        body = Block(blk.indent + 1, outer + [(k, I64), (x, t)],
+        body = Block(blk.indent + 1, blk.vars + [(k, I64), (x, t)],
                      blk.allow_index and not self.diff)
         nxt = self.gen_exp(body, t, depth - 1)
         blk.emit(f"def {wc}(s):")
@@ -1035,7 +1031,10 @@ class Gen:
             self.feat("the")
         else:
             t = self.scalar_type()
-            code = self.top_exp(t, depth=2).code
+            e = self.top_exp(t, depth=2)
+            if e.const:  # a Python number: it would not behave as an Exp (s > s is a bool)
+                return None
+            code = e.code
         name = self.fresh("s")
         self.top.emit(f"{name} = {code}")
         self.top.vars.append((name, t))

@@ -212,7 +212,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shrink-budget", type=int, default=200)
     ap.add_argument("--timeout", type=float, default=600.0,
                     help="seconds per property run (numba compiles can take minutes)")
-    ap.add_argument("--max-stmts", type=int, default=6)
+    ap.add_argument("--max-stmts", type=int, default=6, help="array statements per program")
+    ap.add_argument("--depth", type=int, default=3, help="expression depth")
     ap.add_argument("--known-bugs", action="store_true",
                     help="also generate the constructs of the open regressions")
     ap.add_argument("--cudasim", action="store_true",
@@ -232,7 +233,7 @@ def main(argv=None) -> int:
     if "interpreter" not in backends:
         backends.insert(0, "interpreter")
     res = soak(a.n, backends, a.seed, a.start, a.grad_every, a.show, a.shrink_budget,
-               a.timeout, progress=not a.quiet, max_stmts=a.max_stmts,
+               a.timeout, progress=not a.quiet, max_stmts=a.max_stmts, depth=a.depth,
                avoid_known_bugs=not a.known_bugs)
     return 1 if res["failures"] else 0
 
