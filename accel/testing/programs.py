@@ -198,7 +198,8 @@ class ProgramDesc:
 
 @dataclass
 class E:
-    """A generated expression: its code and whether it is a Python constant (no Exp)."""
+    """A generated expression: its code and whether it *may* be a Python value rather than
+    an ``Exp`` (``const``; then it is lifted before a primitive needs its type)."""
 
     code: str
     const: bool = False
@@ -508,8 +509,8 @@ class Gen:
         x = self.gen_exp(blk, B, depth - 1)
         self.feat("logic")
         if op == "~":
-            if x.const:
-                return E(f"(not {x})", True)
+            if x.const:  # may be a Python bool (~True == -2)
+                return E(f"A.cond({x}, False, True)", True)
             return E(f"(~{x})")
         y = self.gen_exp(blk, B, depth - 1)
         return E(f"({x} {op} {y})", x.const and y.const)
@@ -522,7 +523,8 @@ class Gen:
         x = self.gen_exp(blk, t, depth - 1)
         y = self.gen_exp(blk, t, depth - 1)
         self.feat("cond")
-        return E(f"A.cond({c}, {x}, {y})", c.const and x.const and y.const)
+        # A.cond of a Python bool is the chosen branch itself: maybe a Python value
+        return E(f"A.cond({c}, {x}, {y})", c.const and (x.const or y.const))
 
     def _share(self, blk, t, depth) -> E:
         v = self.gen_exp(blk, t, depth - 1)
