@@ -37,7 +37,6 @@ Example::
 from __future__ import annotations
 
 import math
-import sys
 from contextlib import contextmanager
 
 import numpy as np
@@ -78,6 +77,7 @@ from accel.ast.nodes import (
     While,
     ZipWith,
 )
+from accel.ast.traverse import recursion_headroom
 from accel.ast.types import ArrayT, ATupleT, Scalar, TupleT, scalar_of_dtype
 from accel.errors import OutOfBoundsError, ProgramTypeError, ShapeError
 
@@ -272,15 +272,8 @@ def _gather(av: ArrayValue, ix: tuple, n: int, op: str):
 
 @contextmanager
 def _deep_recursion():
-    old = sys.getrecursionlimit()
-    if old < _RECURSION_LIMIT:
-        sys.setrecursionlimit(_RECURSION_LIMIT)
-    try:
-        with np.errstate(all="ignore"):
-            yield
-    finally:
-        if old < _RECURSION_LIMIT:
-            sys.setrecursionlimit(old)
+    with recursion_headroom(_RECURSION_LIMIT), np.errstate(all="ignore"):
+        yield
 
 
 # --------------------------------------------------------------------------- expressions

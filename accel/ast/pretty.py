@@ -12,8 +12,6 @@ printer recurses only through Python-level calls, which use no C stack).
 
 from __future__ import annotations
 
-import contextlib
-import sys
 
 import numpy as np
 
@@ -22,6 +20,7 @@ from .nodes import (Acond, ALam, Alet, APrj, Arr, ATuple, Avar, Awhile, Backperm
                     Const, Exp, Fold, Generate, Index, Lam, Let, Map, Permute, PrimApp, Prj,
                     Program, Replicate, Reshape, Scan, Shape, Slice, Tuple, Unit, Use, Var,
                     While, ZipWith)
+from .traverse import recursion_headroom
 from .types import bool_, float32, int64
 
 WIDTH = 100  # lines longer than this are broken
@@ -35,7 +34,7 @@ _BINARY = {"==": CMP, "!=": CMP, "<": CMP, "<=": CMP, ">": CMP, ">=": CMP, "|": 
 
 def show_program(p: Program) -> str:
     """The program as text, e.g. ``\\a1 :: Array1 float64 ->\\n  Map (\\x2 -> x2 + 1.0) a1``."""
-    with _recursion_headroom():
+    with recursion_headroom():
         params = ", ".join([f"{v.name} :: {v.type!r}" for v in p.params])
         body = _arr(p.body)[0]
         return f"\\{params or '()'} ->\n  " + _indent(body, 2)
@@ -45,7 +44,7 @@ def show(node) -> str:
     """Any node as text: a program, an array, an expression or a function."""
     if isinstance(node, Program):
         return show_program(node)
-    with _recursion_headroom():
+    with recursion_headroom():
         if isinstance(node, Lam):
             return _lam(node)
         if isinstance(node, ALam):
@@ -55,16 +54,6 @@ def show(node) -> str:
         if isinstance(node, Arr):
             return _arr(node)[0]
     return repr(node)
-
-
-@contextlib.contextmanager
-def _recursion_headroom(limit: int = 100_000):
-    old = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old, limit))
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(old)
 
 
 # --------------------------------------------------------------------------- layout helpers

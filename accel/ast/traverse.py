@@ -7,6 +7,8 @@ Binders are ``Let.var``, ``Lam.params``, ``Alet.var``, ``ALam.param`` and
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from dataclasses import fields
 
 from .nodes import (ALam, Alet, Avar, Lam, Let, Node, Program, Var, fresh)
@@ -189,3 +191,14 @@ def apply_lam(lam, args):
     for p, a in reversed(list(zip(lam.params, args))):
         body = Let(p, a, body)
     return body
+
+
+@contextlib.contextmanager
+def recursion_headroom(limit: int = 100_000):
+    """Raise (never lower) the recursion limit for a pass over deeply nested programs."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, limit))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)

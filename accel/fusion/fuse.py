@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from ..ad.anf import ABind, ABlock, ACondB, aflatten, leaves, tree_like, type_leaves
 from ..ast import nodes as N
-from ..ast.traverse import children, free_vars, freshen, map_children, substitute
+from ..ast.traverse import (children, free_vars, freshen, map_children, recursion_headroom,
+                             substitute)
 from ..ast.types import int64, shape_type
 from .kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate, KPermute, KScan,
                       KUse)
@@ -370,14 +371,9 @@ def _merge(a: KGenerate, b: KGenerate) -> KGenerate:
 
 def fuse(prog: N.Program) -> KernelProgram:
     """The kernel program of an (optimised) AST program."""
-    import sys
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 100_000))  # long chains of fused producers nest deeply
-    try:
+    with recursion_headroom():  # long chains of fused producers nest deeply
         blk = aflatten(prog.body, {})
         uses = Uses()
         uses.block(blk)
         body = Fuser(uses).block(blk)
         return KernelProgram(tuple(prog.params), body, prog.type)
-    finally:
-        sys.setrecursionlimit(limit)

@@ -54,7 +54,6 @@ of the program apart from alpha-equivalence keys of nested terms.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections import ChainMap
 from dataclasses import fields
 
@@ -65,6 +64,7 @@ from ..ast.nodes import (ARR_NODES, EXP_NODES, Acond, ALam, Alet, APrj, Arr, ATu
                          Map, Permute, PrimApp, Prj, Program, Replicate, Reshape, Scan, Shape,
                          Slice, Tuple, Unit, Use, Var, While, ZipWith, fresh)
 from ..ast.prims import PRIMS
+from ..ast.traverse import recursion_headroom
 from ..ast.types import ArrayT, bool_, int64
 
 __all__ = ["simplify", "cse", "anf", "inline_lets", "eliminate_dead_code", "fold_constants",
@@ -175,15 +175,8 @@ def _binders(n) -> tuple:
 
 @contextlib.contextmanager
 def _deep():
-    old = sys.getrecursionlimit()
-    if old < _RECURSION_LIMIT:
-        sys.setrecursionlimit(_RECURSION_LIMIT)
-    try:
-        with np.errstate(all="ignore"):
-            yield
-    finally:
-        if old < _RECURSION_LIMIT:
-            sys.setrecursionlimit(old)
+    with recursion_headroom(_RECURSION_LIMIT), np.errstate(all="ignore"):
+        yield
 
 
 def _pass(fn):

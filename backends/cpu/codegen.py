@@ -40,11 +40,10 @@ gives the same module and the same cache entries.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field
 
 from accel.ast import nodes as N
-from accel.ast.traverse import children
+from accel.ast.traverse import children, recursion_headroom
 from accel.ast.types import ArrayT, Scalar, TupleT, leaves
 from accel.errors import BackendError
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
@@ -986,14 +985,8 @@ class Module:
 
 def generate(body: KBlock, check_bounds: bool) -> Module:
     """The module source for every loop step in ``body`` (and nested blocks)."""
-    old = sys.getrecursionlimit()
-    if old < _RECURSION_LIMIT:
-        sys.setrecursionlimit(_RECURSION_LIMIT)
-    try:
+    with recursion_headroom(_RECURSION_LIMIT):
         return _generate(body, check_bounds)
-    finally:
-        if old < _RECURSION_LIMIT:
-            sys.setrecursionlimit(old)
 
 
 _RECURSION_LIMIT = 20000

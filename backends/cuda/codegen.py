@@ -579,15 +579,9 @@ class Module:
 
 def generate(body: KBlock, check_bounds: bool, block: int = DEFAULT_BLOCK_SIZE) -> Module:
     """The module source for every loop step in ``body`` (and nested blocks)."""
-    import sys
-    old = sys.getrecursionlimit()
-    if old < 20000:
-        sys.setrecursionlimit(20000)
-    try:
+    from accel.ast.traverse import recursion_headroom
+    with recursion_headroom(20000):
         return _generate(body, check_bounds, block)
-    finally:
-        if old < 20000:
-            sys.setrecursionlimit(old)
 
 
 def _generate(body: KBlock, check_bounds: bool, block: int) -> Module:
