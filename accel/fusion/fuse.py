@@ -22,6 +22,7 @@ from ..ast import nodes as N
 from ..ast.traverse import (children, free_vars, freshen, map_children, recursion_headroom,
                              substitute)
 from ..ast.types import int64, shape_type
+from .simplify import tidy
 from .kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate, KPermute, KScan,
                       KUse)
 
@@ -375,5 +376,20 @@ def fuse(prog: N.Program) -> KernelProgram:
         blk = aflatten(prog.body, {})
         uses = Uses()
         uses.block(blk)
-        body = Fuser(uses).block(blk)
+        body = tidy_block(Fuser(uses).block(blk))
         return KernelProgram(tuple(prog.params), body, prog.type)
+
+
+def tidy_block(blk: KBlock) -> KBlock:
+    """Every step's shapes and functions through ``simplify.tidy``."""
+    steps = []
+    for s in blk.steps:
+        if isinstance(s, KAcond):
+            s = KAcond(s.outs, tidy(s.c), tidy_block(s.t), tidy_block(s.e))
+        elif isinstance(s, KAwhile):
+            s = KAwhile(s.outs, s.params, tidy_block(s.cond), tidy_block(s.body), s.init)
+        elif not isinstance(s, KUse):
+            s = type(s)(**{f: tidy(v) if isinstance(v, (N.Exp, N.Lam)) else v
+                           for f, v in vars(s).items()})
+        steps.append(s)
+    return KBlock(tuple(steps), blk.result)

@@ -68,7 +68,7 @@ from ..ast.traverse import recursion_headroom
 from ..ast.types import ArrayT, bool_, int64
 
 __all__ = ["simplify", "cse", "anf", "inline_lets", "eliminate_dead_code", "fold_constants",
-           "project_tuples", "eliminate_zeros", "uniquify"]
+           "project_tuples", "split_element_tuples", "eliminate_zeros", "uniquify", "tidy"]
 
 MAX_ROUNDS = 10
 _RECURSION_LIMIT = 100_000
@@ -406,6 +406,7 @@ class _Uses:
 
     def __init__(self, root):
         cnt, udepth, bdepth, indirect, nonprj, prj = {}, {}, {}, set(), {}, {}
+        eltprj, shapes = {}, {}  # array name -> element paths projected by maps; shape uses
         stack = [(root, 0)]
         while stack:
             n, d = stack.pop()
@@ -431,6 +432,8 @@ class _Uses:
                     stack.append((tup, d))
             elif t is Index or t is Shape:
                 name = n.array.name
+                if t is Shape:
+                    shapes[name] = shapes.get(name, 0) + 1
                 cnt[name] = cnt.get(name, 0) + 1
                 udepth[name] = d
                 nonprj[name] = nonprj.get(name, 0) + 1
@@ -448,10 +451,26 @@ class _Uses:
                 stack.append((n.t, d + 1))
                 stack.append((n.e, d + 1))
             else:
+                if t is Map and type(n.a) is Avar:
+                    path = _elt_path(n.f)
+                    if path is not None:
+                        eltprj.setdefault(n.a.name, []).append(path)
                 for c in _kids(n):
                     stack.append((c, d))
         self.cnt, self.udepth, self.bdepth = cnt, udepth, bdepth
         self.indirect, self.nonprj, self.prj = indirect, nonprj, prj
+        self.eltprj, self.shapes = eltprj, shapes
+
+
+def _elt_path(f: Lam):
+    """``(i, j, ...)`` if ``f`` is ``\\x -> x.i.j...`` (a projection of its argument)."""
+    body, path = f.body, []
+    while type(body) is Prj:
+        path.append(body.index)
+        body = body.tup
+    if path and _is_param(body, f, 0):
+        return tuple(reversed(path))
+    return None
 
 
 # --------------------------------------------------------------------------- inlining
@@ -822,6 +841,33 @@ def _is_zero(e, sign: int = 0) -> bool:
     return True
 
 
+def _cheap_closed(e, budget: int = 8) -> bool:
+    """``e`` is a small term of primitives, constants, shapes and element reads of array
+    variables, with no scalar variable: valid (and worth comparing) wherever its arrays
+    are in scope."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        budget -= 1
+        t = type(x)
+        if budget < 0 or not (t is PrimApp or t is Index or t is Const or t is Tuple
+                              or t is Prj or t is Shape):
+            return False
+        if t is PrimApp:
+            stack.extend(x.args)
+        elif t is Index:
+            if type(x.array) is not Avar:
+                return False
+            stack.append(x.index)
+        elif t is Tuple:
+            stack.extend(x.items)
+        elif t is Prj:
+            stack.append(x.tup)
+        elif t is Shape and type(x.array) is not Avar:
+            return False
+    return True
+
+
 def _is_one(e) -> bool:
     return type(e) is Const and e.ty != bool_ and e.value == 1
 
@@ -961,6 +1007,8 @@ class _Local:
                 return self.dims_of(tup.array)[e.index]
             if type(tup) is Tuple:
                 return self.dim_of_exp(tup.items[e.index])
+        if (t is PrimApp or t is Index) and _cheap_closed(e):
+            return e  # e.g. ``to_int64 (a5 ! (0,))``: pure, so equal terms are equal sizes
         return None
 
     def exp_dims(self, sh):
@@ -1568,6 +1616,106 @@ class _Tuples:
         return _wrap(binds, body, t)
 
 
+#: An array of tuples is split (see ``_EltSplit``) when its function costs at most this.
+SPLIT_COST = 8
+
+
+def _cost(n) -> int:
+    """A rough count of float operations and memory reads (transcendentals count 8)."""
+    c = 0
+    stack = [n]
+    while stack:
+        x = stack.pop()
+        t = type(x)
+        if t is PrimApp:
+            if x.type.is_float or x.op in _EXPENSIVE:
+                c += 8 if x.op in _EXPENSIVE else 1
+        elif t is Index:
+            c += 1
+        elif t is While:
+            c += 100
+        stack.extend(_kids(x))
+    return c
+
+
+_EXPENSIVE = {"exp", "log", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
+              "expm1", "log1p", "sqrt", "pow", "atan2", "div"}
+
+
+class _EltSplit:
+    """Split a let-bound array of tuples that is read only through projecting maps
+    (``Map (\\x -> x.0.1) a``, and ``shape a``) into one array per projected component.
+
+    AD produces such arrays (an adjoint and its contributions, paired per element); fusion
+    would have to materialise the whole tuple array because several consumers read it,
+    while each component alone is read once and fuses into its consumer.  Only cheap
+    producers are split, since each component recomputes what the components shared.
+    """
+
+    def __init__(self, uses: _Uses):
+        self.u = uses
+        self.env = {}  # array name -> {element path: the component's array variable}
+        self.changes = 0
+
+    def go(self, n):
+        t = type(n)
+        if t in _LEAVES:
+            return n
+        if t is Map and type(n.a) is Avar and n.a.name in self.env:
+            return self.env[n.a.name][_elt_path(n.f)]
+        if t is Shape and n.array.name in self.env:
+            return Shape(next(iter(self.env[n.array.name].values())))
+        if t is Alet:
+            return self.chain(n)
+        return _rebuild(n, self.go)
+
+    def splittable(self, v, b, paths) -> bool:
+        u = self.u
+        name = v.name
+        if type(b) not in (Generate, Map, ZipWith):
+            return False
+        if len(paths) + u.shapes.get(name, 0) != u.cnt.get(name, 0):
+            return False  # read some other way too
+        return len(set(paths)) == 1 or _cost(b.f) <= SPLIT_COST
+
+    def chain(self, n):
+        head = n
+        binds = []
+        changed = False
+        while type(n) is Alet:
+            v, b = n.var, self.go(n.bound)
+            paths = self.u.eltprj.get(v.name)
+            if paths and self.splittable(v, b, paths):
+                m = {}
+                for path in dict.fromkeys(paths):
+                    x = Var(fresh("x"), v.type.elt)
+                    body = x
+                    for i in path:
+                        body = Prj(i, body)
+                    part = Map(Lam((x,), body), b)
+                    nv = Avar(fresh("a"), part.type)
+                    binds.append((nv, part))
+                    m[path] = nv
+                self.env[v.name] = m
+                changed = True
+                self.changes += 1
+            else:
+                binds.append((v, b))
+                changed |= b is not n.bound
+            n = n.body
+        body = self.go(n)
+        if not changed and body is n:
+            return head
+        return _wrap(binds, body, Alet)
+
+
+@_pass
+def split_element_tuples(prog: Program) -> Program:
+    """Arrays of tuples read only through projections become one array per component
+    (see ``_EltSplit``)."""
+    return _EltSplit(_Uses(prog)).go(prog)
+
+
 @_pass
 def project_tuples(prog: Program) -> Program:
     """Projections of tuples (both levels), pushed through lets and conditionals;
@@ -1587,6 +1735,33 @@ def eliminate_zeros(prog: Program, adjoint_zeros: bool = False) -> Program:
     zero adjoint).
     """
     return _Local(fold=False, project=False, zeros=True, adjoint_zeros=adjoint_zeros).run(prog)
+
+
+def tidy(e, rounds: int = 4):
+    """The simplifier's expression passes (constant folding, projections of tuples and
+    lets, ``min x x``, CSE, inlining, dead lets) on one expression or function built
+    after simplification: fusion
+    composes index functions and shapes by substitution, and without this its shapes
+    repeat whole let-chains per dimension (the host evaluates them before every loop).
+    Common subterms are shared by lets, single-use lets inlined, dead ones dropped."""
+    with _deep():
+        if type(e) is Lam:
+            return _with(e, body=tidy(e.body, rounds))
+        e = _Renamer().go(e)  # fusion shares subterms, binders included
+        for _ in range(rounds):
+            c = _CSE(True)
+            e = c.top_exp(e)
+            inl = _Inliner(_Uses(e), c.scratch)
+            e = inl.go(e)
+            loc = _Local(zeros=False)
+            e = loc.go(e)
+            tup = _Tuples(_Uses(e))
+            e = tup.go(e)
+            dce = _DCE(e)
+            e = dce.go(e)
+            if not (c.changes or inl.changes or loc.changes or tup.changes or dce.changes):
+                break
+        return e
 
 
 # --------------------------------------------------------------------------- driver
@@ -1610,8 +1785,11 @@ def simplify(program: Program, adjoint_zeros: bool = False,
             p = loc.run(p)
             tup = _Tuples(_Uses(p))
             p = tup.go(p)
+            spl = _EltSplit(_Uses(p))
+            p = spl.go(p)
             dce = _DCE(p)
             p = dce.go(p)
-            if not (c.changes or inl.changes or loc.changes or tup.changes or dce.changes):
+            if not (c.changes or inl.changes or loc.changes or tup.changes or spl.changes
+                    or dce.changes):
                 return p
         return inline_lets(p)

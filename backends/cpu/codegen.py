@@ -57,6 +57,7 @@ from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPe
 FOLD_CHUNKS = 64  # chunks of a long fold (two-level reduction)
 FOLD_CHUNK_MIN_N = 4096  # inner length from which a fold with few rows is chunked
 FOLD_CHUNK_MAX_ROWS = 64  # ... "few rows"
+FOLD_TILE = 256  # rows per task of an interchanged fold (its accumulators stay in cache)
 SCAN_CHUNKS = 64  # chunks of a long single-row scan (three phases)
 SCAN_CHUNK_MIN_N = 16384
 PERMUTE_CHUNKS = 16  # private buffers of the parallel scatter
@@ -187,6 +188,7 @@ class KernelPlan:
     chunked: bool = False  # the scan has the chunked three-phase path
     parallel: list = field(default_factory=list)  # phases of the driver, by ``which``
     weight: int = 1  # rough cost of one element (scales the work of a phase)
+    outer: bool = False  # the fold has the interchanged phase ``o`` (see ``gen_fold``)
 
 
 @dataclass
@@ -719,15 +721,71 @@ def gen_generate(s: KGenerate, check: bool):
     return g, {}
 
 
-def _chunk_task(g: KernelGen, tk: str, n: str, nch: str, dims: list):
+def _row_counter(g: KernelGen, dims: list):
+    """Before a loop over tasks: the variables of an incrementally maintained multi-index
+    of rows (see ``_advance_row``); returns (previous row, index atoms)."""
+    pr = g.fresh("pr")
+    g.emit(f"{pr} = -2")
+    ix = [g.fresh("i") for _ in dims]
+    for v in ix:
+        g.emit(f"{v} = 0")
+    return pr, ix
+
+
+def _advance_row(g: KernelGen, r: str, pr: str, ix: list, dims: list) -> None:
+    """Bring the multi-index ``ix`` of row ``pr`` to row ``r``: by one increment with
+    carries when ``r`` is the next row (the common case: no division per row), else by
+    unravelling ``r``."""
+    if not dims:
+        return
+    g.emit(f"if {r} == {pr} + 1:")
+    g.ind += 1
+    _increment(g, ix, dims)
+    g.ind -= 1
+    g.emit(f"elif {r} != {pr}:")
+    g.ind += 1
+    for v, a in zip(ix, g.unravel(r, dims)):
+        g.emit(f"{v} = {a}")
+    g.ind -= 1
+    g.emit(f"{pr} = {r}")
+
+
+def _increment(g: KernelGen, ix: list, dims: list) -> None:
+    """Emit ``ix += 1`` in row-major order (carries into outer dimensions)."""
+    if not dims:
+        return
+    last = len(dims) - 1
+    g.emit(f"{ix[last]} += 1")
+    for d in range(last, 0, -1):
+        g.emit(f"if {ix[d]} == {dims[d]}:")
+        g.ind += 1
+        g.emit(f"{ix[d]} = 0")
+        g.emit(f"{ix[d - 1]} += 1")
+    g.ind -= last
+
+
+def _chunk_task(g: KernelGen, tk: str, n: str, nch: str, dims: list, counter):
     """Emit the decoding of task ``tk`` (of rows x ``nch``): row r, chunk c, and the
-    chunk's range [lo, hi) of the inner dimension (``n`` split as evenly as possible)."""
+    chunk's range [lo, hi) of the inner dimension (``n`` split as evenly as possible).
+    With one chunk per row (the usual case) this needs no division."""
     r, c, lo, hi = (g.fresh(x) for x in ("r", "c", "lo", "hi"))
+    g.emit(f"if {nch} == 1:")
+    g.ind += 1
+    g.emit(f"{r} = {tk}")
+    g.emit(f"{c} = 0")
+    g.emit(f"{lo} = 0")
+    g.emit(f"{hi} = {n}")
+    g.ind -= 1
+    g.emit("else:")
+    g.ind += 1
     g.emit(f"{r} = {tk} // {nch}")
     g.emit(f"{c} = {tk} % {nch}")
     g.emit(f"{lo} = ({c} * {n}) // {nch}")
     g.emit(f"{hi} = (({c} + 1) * {n}) // {nch}")
-    return r, c, lo, hi, g.unravel(r, dims)
+    g.ind -= 1
+    pr, ix = counter
+    _advance_row(g, r, pr, ix, dims)
+    return r, c, lo, hi, ix
 
 
 def gen_fold(s: KFold, check: bool):
@@ -745,8 +803,9 @@ def gen_fold(s: KFold, check: bool):
     g.work = outs + parts
     g.begin("f")
     tk = g.fresh("tk")
+    counter = _row_counter(g, dims)
     g.loop(tk, "range(lo, hi)")
-    r, c, lo, hi, ix = _chunk_task(g, tk, n, nch, dims)
+    r, c, lo, hi, ix = _chunk_task(g, tk, n, nch, dims, counter)
     acc = [g.fresh("acc") for _ in ts]
     st = g.fresh("st")
     if s.z is not None:
@@ -767,6 +826,9 @@ def gen_fold(s: KFold, check: bool):
     g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
     g.ind -= 1
     g.store(parts, tk, tuple(acc))
+    outer = _outer_major(s)
+    if outer:
+        _fold_interchanged(g, s, dims, outs, m, n)
     g.begin("comb", ranged=False)
     r, c = g.fresh("r"), g.fresh("c")
     g.loop(r, f"range({m})")
@@ -777,7 +839,98 @@ def gen_fold(s: KFold, check: bool):
     g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), rebuild(elt, iter(nxt)))))
     g.ind -= 1
     g.store(outs, r, tuple(acc))
-    return g, {}
+    return g, {"outer": outer}
+
+
+def _fold_interchanged(g: KernelGen, s: KFold, dims: list, outs: list, m: str, n: str):
+    """Phase ``o``: the fold with its loops interchanged, for sources that are contiguous
+    along the rows rather than along the folded dimension (AD's folds over replicated
+    dimensions: sums over points of per-point contributions).  A task is a tile of
+    ``FOLD_TILE`` rows accumulated in the output; for each ``j`` it combines element
+    ``j`` into every row of the tile.  Each row still combines its elements in order
+    ``0 .. n-1``, so the result is exactly the row-by-row fold's."""
+    elt = s.out.type.elt
+    g.begin("o")
+    t, r0, r1, r, j = (g.fresh(x) for x in ("t", "r", "r", "r", "j"))
+    g.loop(t, "range(lo, hi)")
+    g.emit(f"{r0} = {t} * {FOLD_TILE}")
+    g.emit(f"{r1} = min({r0} + {FOLD_TILE}, {m})")
+    base = g.unravel(r0, dims)
+    bix = [g.fresh("b") for _ in dims]
+    for v, a in zip(bix, base):
+        g.emit(f"{v} = {a}")
+    ix = [g.fresh("i") for _ in dims]
+
+    def rows(body):
+        for v, b in zip(ix, bix):
+            g.emit(f"{v} = {b}")
+        g.loop(r, f"range({r0}, {r1})")
+        body()
+        _increment(g, ix, dims)
+        g.ind -= 1
+
+    if s.z is not None:
+        g.loop(r, f"range({r0}, {r1})")
+        g.store(outs, r, g.exp(s.z))
+        g.ind -= 1
+        start = "0"
+    else:
+        rows(lambda: g.store(outs, r, g.apply(s.src, (tuple(ix + ["0"]),))))
+        start = "1"
+    g.loop(j, f"range({start}, {n})")
+
+    def step():
+        cur = rebuild(elt, iter(at(o, r) for o in outs))
+        g.store(outs, r, g.apply(s.f, (cur, g.apply(s.src, (tuple(ix + [j]),)))))
+
+    rows(step)
+    g.ind -= 1
+
+
+def _outer_major(s: KFold) -> bool:
+    """Whether the fold's source reads arrays with the folded index as their *first*
+    index (and never as a later one): then consecutive rows are adjacent in memory and
+    consecutive elements of a row are far apart, and the interchanged loop is faster."""
+    rank = len(s.shape.type.items)
+    if rank == 0:
+        return False
+    p = s.src.params[0]
+    votes = {"outer": 0, "inner": 0}
+    env: dict = {}
+
+    def resolve(e):  # through let-bound variables and projections of tuples
+        while True:
+            if isinstance(e, N.Var) and e.name in env:
+                e = env[e.name]
+            elif isinstance(e, N.Prj):
+                t = resolve(e.tup)
+                if not isinstance(t, N.Tuple):
+                    return N.Prj(e.index, t) if t is not e.tup else e
+                e = t.items[e.index]
+            else:
+                return e
+
+    def is_j(e) -> bool:
+        e = resolve(e)
+        return isinstance(e, N.Prj) and e.index == rank and isinstance(e.tup, N.Var) \
+            and e.tup.name == p.name
+
+    def visit(e):
+        stack = [e]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, N.Let):
+                env[x.var.name] = x.bound
+            if isinstance(x, N.Index) and isinstance(x.array, N.Avar):
+                ix = resolve(x.index)
+                if isinstance(ix, N.Tuple) and len(ix.items) >= 2:
+                    for k, c in enumerate(ix.items):
+                        if is_j(c):
+                            votes["outer" if k == 0 else "inner"] += 1
+            stack.extend(children(x))
+
+    visit(s.src.body)
+    return votes["outer"] > 0 and votes["inner"] == 0
 
 
 def scan_chunked(s: KScan) -> bool:
@@ -817,8 +970,9 @@ def gen_scan(s: KScan, check: bool):
     if chunked:
         g.begin("t")
         tk = g.fresh("tk")
+        counter = _row_counter(g, dims)
         g.loop(tk, "range(lo, hi)")
-        r, c, lo, hi, ix = _chunk_task(g, tk, n, nch, dims)
+        r, c, lo, hi, ix = _chunk_task(g, tk, n, nch, dims, counter)
         g.emit(f"if {c} != {last_c}:")
         g.ind += 1
         acc = [g.fresh("acc") for _ in ts]
@@ -854,8 +1008,9 @@ def gen_scan(s: KScan, check: bool):
         g.store(cars, f"{r} * {nch} + {c}", tuple(acc))
     g.begin("s")
     tk = g.fresh("tk")
+    counter = _row_counter(g, dims)
     g.loop(tk, "range(lo, hi)")
-    r, c, lo, hi, ix = _chunk_task(g, tk, n, nch, dims)
+    r, c, lo, hi, ix = _chunk_task(g, tk, n, nch, dims, counter)
     base = g.fresh("base")
     g.emit(f"{base} = {r} * {kout}")
     if not hz:
@@ -1010,7 +1165,7 @@ def _generate(body: KBlock, check_bounds: bool) -> Module:
                 mod.plans[id(s)] = KernelPlan(s, name, list(g.array_order), list(g.layout),
                                               list(g.sites), extra.get("fast"),
                                               extra.get("chunked", False), list(g.parallel),
-                                              step_weight(s))
+                                              step_weight(s), extra.get("outer", False))
             elif isinstance(s, KAcond):
                 visit(s.t)
                 visit(s.e)

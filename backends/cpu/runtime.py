@@ -274,7 +274,10 @@ class Runner:
                 work += work
             else:
                 work += [np.empty(size * nch, dtype=b.dtype) for b in outs[0].leaves]
-            phases.append(("f", size * nch, size * n))
+            if plan.outer and nch == 1 and n > 1:  # interchanged loops, tiles of rows
+                phases.append(("o", -(-size // codegen.FOLD_TILE), size * n))
+            else:
+                phases.append(("f", size * nch, size * n))
             if nch > 1:
                 phases.append(("comb", None, 0))
         elif isinstance(s, KScan):
