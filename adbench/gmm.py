@@ -263,9 +263,10 @@ class GMMRunner:
     """Objective and gradient of GMM instances on an accel backend, chunked over points.
 
     ``chunk`` bounds the number of points per program run (``None``: about ``budget``
-    elements of the (points, K, D, D) iteration space per run; the default budget is
-    small for the NumPy-evaluated backends, whose temporaries are whole arrays, and
-    large for ``cpu``).  Both programs are compiled once per backend and reused for
+    elements per run of the largest array the backend materialises: (points, K, D, D)
+    for the NumPy-evaluated backends, whose temporaries are whole arrays, and
+    (points, K, D) for the fusing ``cpu`` and ``cuda`` backends, which never build the
+    (points, K, D, D) products).  Both programs are compiled once per backend and reused for
     every chunk and every file of the same ranks.
     """
 
@@ -273,12 +274,14 @@ class GMMRunner:
                  budget: int | None = None):
         self.backend = backend
         self.chunk = chunk
-        self.budget = budget or (1 << 22 if backend in ("cpu", "cuda") else 1 << 17)
+        self.fusing = backend in ("cpu", "cuda")
+        self.budget = budget or (1 << 20 if self.fusing else 1 << 17)
         self.f = A.compile(objective, backend=backend)
         self.vg = A.compile(value_and_gradient, backend=backend)
 
     def chunks(self, inp):
-        size = self.chunk or max(1, self.budget // max(1, inp.k * inp.d * inp.d))
+        per_point = inp.k * inp.d * (1 if self.fusing else inp.d)
+        size = self.chunk or max(1, self.budget // max(1, per_point))
         s = inp.x_stored.shape[0]
         out = []
         for a, b in _chunks(inp.n, size):

@@ -57,6 +57,14 @@ def _cost(n: N.Node) -> int:
     return c
 
 
+def _plain_read(fn: N.Lam) -> bool:
+    """``fn`` only reads one element of a manifest array (no arithmetic, no branch)."""
+    body = fn.body
+    while isinstance(body, N.Let):
+        body = body.body
+    return isinstance(body, N.Index)
+
+
 def apply(fn: N.Lam, args) -> N.Exp:
     """``fn`` applied to argument expressions (its binders freshened)."""
     fn = freshen(fn)
@@ -241,6 +249,9 @@ class Fuser:
             src = self.shape(op.a)
             return Delayed(sh, N.Lam((ix,), self.elem(op.a, reindex(ix, sh, src))), t)
         if isinstance(op, N.Replicate):
+            d = self.env.get(op.a.name)
+            if d is not None and not _plain_read(d.fn):
+                self.manifest(op.a)  # each element is read many times: compute it once
             sa = self.shape(op.a)
             dims, kept, k = [], [], 0
             for d, s in enumerate(op.spec):

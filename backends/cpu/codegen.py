@@ -57,7 +57,7 @@ from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPe
 FOLD_CHUNKS = 64  # chunks of a long fold (two-level reduction)
 FOLD_CHUNK_MIN_N = 4096  # inner length from which a fold with few rows is chunked
 FOLD_CHUNK_MAX_ROWS = 64  # ... "few rows"
-FOLD_TILE = 256  # rows per task of an interchanged fold (its accumulators stay in cache)
+FOLD_TILE = 256  # most rows per task of an interchanged fold (accumulators stay in cache)
 SCAN_CHUNKS = 64  # chunks of a long single-row scan (three phases)
 SCAN_CHUNK_MIN_N = 16384
 PERMUTE_CHUNKS = 16  # private buffers of the parallel scatter
@@ -846,15 +846,17 @@ def _fold_interchanged(g: KernelGen, s: KFold, dims: list, outs: list, m: str, n
     """Phase ``o``: the fold with its loops interchanged, for sources that are contiguous
     along the rows rather than along the folded dimension (AD's folds over replicated
     dimensions: sums over points of per-point contributions).  A task is a tile of
-    ``FOLD_TILE`` rows accumulated in the output; for each ``j`` it combines element
-    ``j`` into every row of the tile.  Each row still combines its elements in order
+    ``tile`` rows (at most ``FOLD_TILE``; fewer when that gives every thread work)
+    accumulated in the output; for each ``j`` it combines element ``j`` into every row of
+    the tile.  Each row still combines its elements in order
     ``0 .. n-1``, so the result is exactly the row-by-row fold's."""
     elt = s.out.type.elt
     g.begin("o")
     t, r0, r1, r, j = (g.fresh(x) for x in ("t", "r", "r", "r", "j"))
+    tile = g.slot(("tile",))
     g.loop(t, "range(lo, hi)")
-    g.emit(f"{r0} = {t} * {FOLD_TILE}")
-    g.emit(f"{r1} = min({r0} + {FOLD_TILE}, {m})")
+    g.emit(f"{r0} = {t} * {tile}")
+    g.emit(f"{r1} = min({r0} + {tile}, {m})")
     base = g.unravel(r0, dims)
     bix = [g.fresh("b") for _ in dims]
     for v, a in zip(bix, base):

@@ -274,10 +274,14 @@ class Runner:
                 work += work
             else:
                 work += [np.empty(size * nch, dtype=b.dtype) for b in outs[0].leaves]
+            tile = 1
             if plan.outer and nch == 1 and n > 1:  # interchanged loops, tiles of rows
-                phases.append(("o", -(-size // codegen.FOLD_TILE), size * n))
+                tasks = codegen.PAR_TASKS_PER_THREAD * numba.get_num_threads()
+                tile = max(8, min(codegen.FOLD_TILE, -(-size // tasks)))
+                phases.append(("o", -(-size // tile), size * n))
             else:
                 phases.append(("f", size * nch, size * n))
+            vals[("tile",)] = tile
             if nch > 1:
                 phases.append(("comb", None, 0))
         elif isinstance(s, KScan):
