@@ -74,6 +74,30 @@ def test_gmm_chunked_runner_sums_to_the_whole():
     assert check.max_metric(runner.objective(inp), f_ref) <= TOL
 
 
+def test_gmm_gradient_kernels_never_build_the_point_component_matrix_products():
+    """The fused GMM gradient materialises nothing of rank 4 (points x K x D x D): the
+    triangular products and their adjoints fuse into folds (AD's arrays of (adjoint,
+    contribution) pairs are split, reshapes to the same shape vanish), and the sums over
+    points are interchanged folds.  Its size stays within a budget of kernels."""
+    from accel.frontend import arg_type, trace_program
+    from accel.fusion.fuse import fuse
+    from accel.fusion.kernels import KFold, KGenerate
+    from accel.pipeline import optimise
+    from backends.cpu.codegen import _outer_major
+
+    inp = aio.read_gmm(gmm_file("1k/gmm_d10_K5.txt"))
+    args = gmm.GMMRunner("fused")._args(inp, inp.x_stored, inp.n, 1.0)
+    sig = tuple(arg_type(a, i) for i, a in enumerate(args))
+    kp = fuse(optimise(trace_program(gmm.value_and_gradient, sig)))
+    steps = kp.body.steps
+    gens = [s for s in steps if isinstance(s, KGenerate)]
+    folds = [s for s in steps if isinstance(s, KFold)]
+    assert max(len(s.shape.type.items) for s in gens) <= 3
+    assert len(steps) <= 45
+    # sums over points of the (K, D, D) and (K, D) adjoints run interchanged
+    assert sum(_outer_major(s) for s in folds) >= 3
+
+
 @pytest.mark.parametrize("stem", ["test", "1k/gmm_d2_K5", "1k/gmm_d10_K5"])
 def test_numpy_objective_and_manual_gradient_match_golden(stem):
     inp = aio.read_gmm(gmm_file(stem + ".txt"))

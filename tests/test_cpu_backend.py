@@ -375,6 +375,62 @@ def test_chunked_fold_non_commutative_gives_sequential_result(small_chunks):
     assert_same(got, want)
 
 
+def _outer_fold_prog(rank, f, z, elt):
+    """Fold over the *first* dimension of a rank-``rank`` array ``x``: the result has
+    x's other dimensions, and the source reads ``x[j, i0, i1, ...]`` (outer-major)."""
+    a = av(elt, rank, "x")
+    o = av(elt, rank - 1, "o")
+    outer = sh(*(dim(a, k) for k in range(1, rank)))
+    src = lam((shape_type(rank),), lambda i: N.Index(a, N.Tuple(
+        (N.Prj(rank - 1, i),) + tuple(N.Prj(k, i) for k in range(rank - 1)))))
+    return kprog((a,), [KFold(o, outer, dim(a, 0), f, z, src)], o)
+
+
+def test_interchanged_fold_outer_major_sources():
+    """Folds whose source reads the folded index as the first array index run with their
+    loops interchanged (tiles of rows, phase ``o``): still each row's elements combined
+    in order, so non-commutative folds (2x2 matrix products) are exact, with and without
+    a seed, for row counts that are and are not multiples of the tile."""
+    add = lam((float64, float64), lambda x, y: P("add", x, y))
+    kp = _outer_fold_prog(3, add, f64(0.25), float64)
+    r = prepare_kernels(kp)
+    assert [p.outer for p in r.gen.plans.values()] == [True]
+    rng = np.random.default_rng(3)
+    for shape in [(50, 7, 3), (1, 40, 40), (300, 1, 1), (0, 3, 4), (5, 0, 2), (2, 33, 129)]:
+        x = rng.standard_normal(shape)
+        got, want = both(kp, [x], runner=r)
+        assert_same(got, want, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got, 0.25 + x.sum(axis=0), rtol=1e-12, atol=1e-12)
+    assert r.stats()["launches"].get("o_parallel", 0) >= 1
+    z = N.Tuple((i64(1), i64(2), i64(0), i64(1)))
+    for zz in (z, None):
+        kp = _outer_fold_prog(2, matmul2(), zz, compose_t())
+        r = prepare_kernels(kp)
+        assert [p.outer for p in r.gen.plans.values()] == [True]
+        for rows, n in [(1, 9), (700, 30), (257, 2), (5, 1)]:
+            x = tuple(c.reshape(n, rows) for c in mats(rows * n, rows))
+            got, want = both(kp, [x], runner=r)
+            assert_same(got, want)
+            for col in (0, rows - 1):
+                seq = seq_matprod(tuple(c[:, col] for c in x), (1, 2, 0, 1) if zz else None)
+                assert tuple(int(g[col]) for g in got) == seq[-1]
+
+
+def test_fold_rows_of_rank3_outer_shapes_use_incremental_indices():
+    """Row folds over rank-3 outer shapes (row indices advanced with carries, not
+    divisions): every row lands in its place, in parallel chunks and serially."""
+    mul = lam((float64, float64), lambda x, y: P("add", P("mul", x, f64(0.5)), y))
+    kp = _fold_prog(4, mul, f64(1.0), float64)
+    r = prepare_kernels(kp)
+    assert [p.outer for p in r.gen.plans.values()] == [False]
+    rng = np.random.default_rng(4)
+    for shape in [(3, 4, 5, 6), (40, 30, 7, 3), (1, 1, 1, 1), (2, 1, 3, 0), (7, 3, 1, 2)]:
+        x = rng.standard_normal(shape)
+        got, want = both(kp, [x], runner=r)
+        assert_same(got, want, rtol=1e-13, atol=1e-13)
+    assert r.stats()["launches"].get("f_parallel", 0) >= 1
+
+
 def _wrap(v):
     v &= (1 << 64) - 1
     return v - (1 << 64) if v >> 63 else v

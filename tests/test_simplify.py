@@ -503,6 +503,61 @@ def test_reshape_backpermute_identities():
     assert q.body == a
 
 
+def test_reshape_to_a_shape_read_from_an_array_element_is_an_identity():
+    """Dimensions given by a closed expression (``to_int64 (c ! (0,))``, as the GMM's
+    point count) are compared like ``shape`` projections: AD's reshape of a transposed
+    adjoint to the very same shape disappears (fusion would otherwise re-index every
+    element through a linearise/delinearise chain)."""
+    a, c = avar(V2), avar(V1)
+    n = P("to_int64", Index(c, Tuple((i64(0),))))
+    sh = Tuple((n, Prj(1, Shape(a))))
+    bp = Backpermute(sh, lam1(shape_type(2), lambda i: Tuple((P("mod", Prj(0, i), Prj(0, Shape(a))),
+                                                              Prj(1, i)))), a)
+    p = Program((a, c), Reshape(Tuple((n, Prj(1, Shape(a)))), bp))
+    q = check(p, [np.arange(6.0).reshape(2, 3), np.array([5.0])])
+    assert count(q, Reshape) == 0
+
+
+def test_arrays_of_tuples_read_through_projections_are_split():
+    """An array of (adjoint, contribution) pairs read by two consumers, each through a
+    projecting map, becomes two arrays (each then read once, so fusion inlines it)."""
+    def f(x):
+        t = A.map(lambda v: (v * 2.0, v + 1.0), x)
+        a = A.map(lambda p: p[0], t)
+        b = A.map(lambda p: p[1], t)
+        return A.sum(a), A.maximum(b), A.generate(A.shape(t), lambda i: 1.0)
+
+    p = trace(f, V2)
+    q = check(p, [np.arange(6.0).reshape(2, 3)])
+    tuple_arrays = [n for n in walk(q) if isinstance(n, Alet)
+                    and isinstance(n.var.type, ArrayT) and isinstance(n.var.type.elt, TupleT)]
+    assert tuple_arrays == []
+    assert count(q, Map) <= 2
+
+
+def test_expensive_arrays_of_tuples_are_not_split():
+    """Splitting recomputes the shared part per component: not done for an ``exp``."""
+    def f(x):
+        t = A.map(lambda v: (A.exp(v), -A.exp(v)), x)
+        return A.sum(A.map(lambda p: p[0], t)), A.maximum(A.map(lambda p: p[1], t))
+
+    q = check(trace(f, V2), [np.arange(6.0).reshape(2, 3)])
+    assert sum(isinstance(n, PrimApp) and n.op == "exp" for n in walk(q)) == 1
+
+
+def test_tidy_shares_and_projects_fusion_shapes():
+    """``tidy`` (run on every kernel step) reduces a shape that repeats a let-chain per
+    dimension to plain dimensions, keeping its value."""
+    a = avar(V2)
+    s1, s2 = var(shape_type(2), "s"), var(shape_type(2), "s")
+    inner = Let(s1, Shape(a), Let(s2, Shape(a), Tuple(tuple(
+        P("min", Prj(k, s1), Prj(k, s2)) for k in range(2)))))
+    e = Tuple((Prj(0, inner), Prj(1, inner)))
+    t = S.tidy(e)
+    assert t == Shape(a)
+    assert count(t, Let) == 0
+
+
 # --------------------------------------------------------------------------- errors
 
 

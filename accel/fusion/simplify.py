@@ -64,7 +64,7 @@ from ..ast.nodes import (ARR_NODES, EXP_NODES, Acond, ALam, Alet, APrj, Arr, ATu
                          Map, Permute, PrimApp, Prj, Program, Replicate, Reshape, Scan, Shape,
                          Slice, Tuple, Unit, Use, Var, While, ZipWith, fresh)
 from ..ast.prims import PRIMS
-from ..ast.traverse import recursion_headroom
+from ..ast.traverse import freshen, recursion_headroom
 from ..ast.types import ArrayT, bool_, int64
 
 __all__ = ["simplify", "cse", "anf", "inline_lets", "eliminate_dead_code", "fold_constants",
@@ -1688,11 +1688,10 @@ class _EltSplit:
             if paths and self.splittable(v, b, paths):
                 m = {}
                 for path in dict.fromkeys(paths):
-                    x = Var(fresh("x"), v.type.elt)
-                    body = x
-                    for i in path:
+                    body = b.f.body  # the projection goes into the producer's function
+                    for i in path:  # (not a Map over a copy of it, which CSE would merge)
                         body = Prj(i, body)
-                    part = Map(Lam((x,), body), b)
+                    part = _with(b, f=freshen(_with(b.f, body=body)))  # unique binders
                     nv = Avar(fresh("a"), part.type)
                     binds.append((nv, part))
                     m[path] = nv
