@@ -748,3 +748,28 @@ def test_inputs_are_not_mutated_and_results_do_not_alias():
     assert not np.shares_memory(r[0], x) and not np.shares_memory(r[0], r[1])
     r[0][0] = 99
     assert x[0] == 0 and r[1][0] == 0
+
+
+def test_intermediate_buffers_are_recycled_but_results_never():
+    """The next call reuses the buffers of a call's intermediate arrays (no fresh pages),
+    never those of its results: results of an earlier call keep their values."""
+    x = av(float64, 1, "x")
+    m = av(float64, 1, "m")
+    o = av(float64, 1, "o")
+    step1 = KGenerate((m,), sh(dim(x, 0)), ix_lam(1, lambda i: P("mul", at(x, i), f64(2.0))))
+    step2 = KGenerate((o,), sh(dim(x, 0)), ix_lam(1, lambda i: P("add", at(m, i), f64(1.0))))
+    kp = kprog((x,), [step1, step2], (m, o))
+    kp_inner = kprog((x,), [step1, step2], o)
+    r = prepare_kernels(kp)
+    first = r([np.arange(5.0)])
+    second = r([np.arange(5.0) + 10])
+    np.testing.assert_array_equal(first[0], np.arange(5.0) * 2)  # results: never recycled
+    np.testing.assert_array_equal(first[1], np.arange(5.0) * 2 + 1)
+    np.testing.assert_array_equal(second[1], (np.arange(5.0) + 10) * 2 + 1)
+    assert r._pool.bytes == 0
+    r2 = prepare_kernels(kp_inner)
+    outs = [r2([np.arange(5.0) + k]) for k in range(3)]
+    assert r2._pool.bytes == 5 * 8  # m's buffer, waiting for the next call
+    for k, out in enumerate(outs):
+        np.testing.assert_array_equal(out, (np.arange(5.0) + k) * 2 + 1)
+    assert not np.shares_memory(outs[0], outs[1])

@@ -1616,8 +1616,9 @@ class _Tuples:
         return _wrap(binds, body, t)
 
 
-#: An array of tuples is split (see ``_EltSplit``) when its function costs at most this.
-SPLIT_COST = 8
+#: An array of tuples is split (see ``_EltSplit``) when its components' functions together
+#: cost at most this much more than the whole function (work they would both redo).
+SPLIT_COST = 4
 
 
 def _cost(n) -> int:
@@ -1648,8 +1649,8 @@ class _EltSplit:
 
     AD produces such arrays (an adjoint and its contributions, paired per element); fusion
     would have to materialise the whole tuple array because several consumers read it,
-    while each component alone is read once and fuses into its consumer.  Only cheap
-    producers are split, since each component recomputes what the components shared.
+    while each component alone is read once and fuses into its consumer.  Not done when
+    the components share expensive work (each would recompute it).
     """
 
     def __init__(self, uses: _Uses):
@@ -1669,14 +1670,23 @@ class _EltSplit:
             return self.chain(n)
         return _rebuild(n, self.go)
 
-    def splittable(self, v, b, paths) -> bool:
+    def parts(self, v, b, paths):
+        """``{path: the producer of that component}``, or None when ``v`` stays whole."""
         u = self.u
         name = v.name
         if type(b) not in (Generate, Map, ZipWith):
-            return False
+            return None
         if len(paths) + u.shapes.get(name, 0) != u.cnt.get(name, 0):
-            return False  # read some other way too
-        return len(set(paths)) == 1 or _cost(b.f) <= SPLIT_COST
+            return None  # read some other way too
+        out = {}
+        for path in dict.fromkeys(paths):
+            body = b.f.body  # the projection goes into the producer's function
+            for i in path:  # (not a Map over a copy of it, which CSE would merge)
+                body = Prj(i, body)
+            out[path] = tidy(freshen(_with(b.f, body=body)))  # unique binders
+        if len(out) > 1 and sum(map(_cost, out.values())) - _cost(b.f) > SPLIT_COST:
+            return None  # the components share too much work
+        return {path: _with(b, f=f) for path, f in out.items()}
 
     def chain(self, n):
         head = n
@@ -1685,13 +1695,10 @@ class _EltSplit:
         while type(n) is Alet:
             v, b = n.var, self.go(n.bound)
             paths = self.u.eltprj.get(v.name)
-            if paths and self.splittable(v, b, paths):
+            parts = self.parts(v, b, paths) if paths else None
+            if parts is not None:
                 m = {}
-                for path in dict.fromkeys(paths):
-                    body = b.f.body  # the projection goes into the producer's function
-                    for i in path:  # (not a Map over a copy of it, which CSE would merge)
-                        body = Prj(i, body)
-                    part = _with(b, f=freshen(_with(b.f, body=body)))  # unique binders
+                for path, part in parts.items():
                     nv = Avar(fresh("a"), part.type)
                     binds.append((nv, part))
                     m[path] = nv
