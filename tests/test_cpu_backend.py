@@ -773,3 +773,25 @@ def test_intermediate_buffers_are_recycled_but_results_never():
     for k, out in enumerate(outs):
         np.testing.assert_array_equal(out, (np.arange(5.0) + k) * 2 + 1)
     assert not np.shares_memory(outs[0], outs[1])
+
+
+def test_host_shapes_remembered_within_a_call_but_not_across_loop_iterations():
+    """Shapes are evaluated once per call for arrays that stay bound, but a loop whose
+    state grows re-evaluates the shapes of its iterations (and calls see new inputs)."""
+    import accel as A
+
+    def f(x):
+        def body(s):
+            n = A.size(s)
+            return A.generate((2 * n,), lambda i: s[i % n] + 1.0)
+        r = A.awhile(lambda s: A.unit(A.size(s) < 40), body, x)
+        return (A.sum(A.map(lambda v: v * 2.0, r)), A.generate((A.size(r) + 1,), lambda i: 1.0),
+                A.generate((A.size(x),), lambda i: 2.0))
+
+    c = A.compile(f, backend="cpu")
+    for n in (3, 5, 41):
+        x = np.arange(float(n))
+        got, want = c(x), A.run(f, x, backend="interpreter")
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+        assert got[1].shape == (n * 2 ** max(0, int(np.ceil(np.log2(40 / n)))) + 1,)

@@ -66,8 +66,8 @@ PROGRAMS = [
     lambda a: A.replicate((2, A.All), A.map(A.sin, a)),
     lambda a: A.slice(A.replicate((3, A.All), a), (1, A.All)),
     lambda a: A.acond(A.the(A.sum(a)) > 0, A.map(A.sin, a), A.map(A.cos, a)),
-    lambda a: A.awhile(lambda s: A.unit(A.the(A.sum(s)) < 50.0),
-                       lambda s: A.map(lambda v: v * 2 + 1, s), a),
+    lambda a: A.awhile(lambda s: A.unit(A.the(A.sum(s)) < 50.0),  # terminates: s grows
+                       lambda s: A.map(lambda v: abs(v) * 2 + 1, s), a),
     lambda a: A.generate((A.size(a),), lambda i: A.cond(i > 0, a[i - 1], a[i]) * 2),
     A.gradientA(lambda a: A.the(A.product(A.map(A.sin, a)))),
     A.gradientA(lambda a: A.the(A.maximum(a))),

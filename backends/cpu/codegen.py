@@ -848,7 +848,8 @@ def _fold_interchanged(g: KernelGen, s: KFold, dims: list, outs: list, m: str, n
     dimensions: sums over points of per-point contributions).  A task is a tile of
     ``tile`` rows (at most ``FOLD_TILE``; fewer when that gives every thread work)
     accumulated in the output; for each ``j`` it combines element ``j`` into every row of
-    the tile.  Each row still combines its elements in order
+    the tile, segment by segment of the last dimension.  Each row still combines its
+    elements in order
     ``0 .. n-1``, so the result is exactly the row-by-row fold's."""
     elt = s.out.type.elt
     g.begin("o")
@@ -861,14 +862,27 @@ def _fold_interchanged(g: KernelGen, s: KFold, dims: list, outs: list, m: str, n
     bix = [g.fresh("b") for _ in dims]
     for v, a in zip(bix, base):
         g.emit(f"{v} = {a}")
-    ix = [g.fresh("i") for _ in dims]
+    pre = [g.fresh("i") for _ in dims[:-1]]  # outer indices of the current segment
+    c, c0, cnt, rs = g.fresh("c"), g.fresh("c"), g.fresh("cnt"), g.fresh("rs")
+    ix = pre + [c]
 
     def rows(body):
-        for v, b in zip(ix, bix):
+        """The tile's rows as segments along the last dimension: a plain counted loop
+        (affine indices, no carries) inside, so LLVM can vectorise across rows."""
+        for v, b in zip(pre, bix):
             g.emit(f"{v} = {b}")
-        g.loop(r, f"range({r0}, {r1})")
+        g.emit(f"{c0} = {bix[-1]}")
+        g.emit(f"{rs} = {r0}")
+        g.emit(f"while {rs} < {r1}:")
+        g.ind += 1
+        g.emit(f"{cnt} = min({r1} - {rs}, {dims[-1]} - {c0})")
+        g.loop(c, f"range({c0}, {c0} + {cnt})")
+        g.emit(f"{r} = {rs} + ({c} - {c0})")
         body()
-        _increment(g, ix, dims)
+        g.ind -= 1
+        g.emit(f"{rs} += {cnt}")
+        g.emit(f"{c0} = 0")
+        _increment(g, pre, dims[:-1])
         g.ind -= 1
 
     if s.z is not None:
@@ -890,14 +904,18 @@ def _fold_interchanged(g: KernelGen, s: KFold, dims: list, outs: list, m: str, n
 
 
 def _outer_major(s: KFold) -> bool:
-    """Whether the fold's source reads arrays with the folded index as their *first*
-    index (and never as a later one): then consecutive rows are adjacent in memory and
-    consecutive elements of a row are far apart, and the interchanged loop is faster."""
+    """Whether the interchanged loop (phase ``o``) suits the fold's source: some read
+    has the row's last index as its own last index (consecutive rows of a segment read
+    adjacent elements: the segment loop is contiguous, even vectorisable) and no read has
+    the folded index last while the row's last index sits elsewhere (such a read is
+    contiguous only along the row, as a dot product's).  AD's sums over points of
+    per-point contributions (``sum_i a[i, k, c] * b[i, k, r]``) and its transposed
+    products (``sum_r l[k, r, c] * y[i, k, r]``) are of the first kind."""
     rank = len(s.shape.type.items)
     if rank == 0:
         return False
     p = s.src.params[0]
-    votes = {"outer": 0, "inner": 0}
+    good = bad = 0
     env: dict = {}
 
     def resolve(e):  # through let-bound variables and projections of tuples
@@ -912,27 +930,27 @@ def _outer_major(s: KFold) -> bool:
             else:
                 return e
 
-    def is_j(e) -> bool:
+    def position(e):  # which index component of the source ``e`` is, or None
         e = resolve(e)
-        return isinstance(e, N.Prj) and e.index == rank and isinstance(e.tup, N.Var) \
-            and e.tup.name == p.name
+        if isinstance(e, N.Prj) and isinstance(e.tup, N.Var) and e.tup.name == p.name:
+            return e.index
+        return None
 
-    def visit(e):
-        stack = [e]
-        while stack:
-            x = stack.pop()
-            if isinstance(x, N.Let):
-                env[x.var.name] = x.bound
-            if isinstance(x, N.Index) and isinstance(x.array, N.Avar):
-                ix = resolve(x.index)
-                if isinstance(ix, N.Tuple) and len(ix.items) >= 2:
-                    for k, c in enumerate(ix.items):
-                        if is_j(c):
-                            votes["outer" if k == 0 else "inner"] += 1
-            stack.extend(children(x))
-
-    visit(s.src.body)
-    return votes["outer"] > 0 and votes["inner"] == 0
+    stack = [s.src.body]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, N.Let):
+            env[x.var.name] = x.bound
+        if isinstance(x, N.Index) and isinstance(x.array, N.Avar):
+            ix = resolve(x.index)
+            if isinstance(ix, N.Tuple) and ix.items:
+                pos = [position(c) for c in ix.items]
+                if pos[-1] == rank - 1:
+                    good += 1
+                elif pos[-1] == rank and rank - 1 in pos:
+                    bad += 1
+        stack.extend(children(x))
+    return good > 0 and bad == 0
 
 
 def scan_chunked(s: KScan) -> bool:

@@ -13,7 +13,7 @@ import numpy as np
 
 from accel.ast import nodes as N
 from accel.ast import prims
-from accel.ast.types import TupleT
+from accel.ast.types import TupleT, bool_, int64
 from accel.errors import BackendError, OutOfBoundsError
 
 
@@ -85,6 +85,11 @@ class HostEval:
         return self.exp(e.tup)[e.index]
 
     def e_PrimApp(self, e):
+        fast = _INT_FAST.get(e.op)
+        if fast is not None and e.type in (int64, bool_) and all(
+                a.type == int64 for a in e.args):
+            # shape arithmetic: NumPy int64 scalars behave as one-element arrays here
+            return fast(*[np.int64(self.exp(a)) for a in e.args])
         args = [np.array([self.exp(a)], dtype=a.type.dtype) for a in e.args]
         r = np.asarray(prims.PRIMS[e.op].impl(*args))
         return r.astype(e.type.dtype).reshape(-1)[0]
@@ -122,3 +127,13 @@ class HostEval:
 
 
 _MISSING = object()
+
+#: Primitives on int64 scalars evaluated directly (no one-element arrays): the host's
+#: shape arithmetic.  NumPy scalars wrap around like arrays (warnings are off).
+_INT_FAST = {
+    "add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
+    "min": lambda x, y: min(x, y), "max": lambda x, y: max(x, y),
+    "lt": lambda x, y: np.bool_(x < y), "le": lambda x, y: np.bool_(x <= y),
+    "gt": lambda x, y: np.bool_(x > y), "ge": lambda x, y: np.bool_(x >= y),
+    "eq": lambda x, y: np.bool_(x == y), "ne": lambda x, y: np.bool_(x != y),
+}

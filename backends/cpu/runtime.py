@@ -25,6 +25,7 @@ from numba.core.caching import NullCache
 from numba.core.registry import CPUDispatcher
 
 from accel.ast.types import ArrayT, ATupleT, TupleT, leaves, scalar_of_dtype
+from accel.ast.traverse import free_vars
 from accel.errors import BackendError, OutOfBoundsError, ProgramTypeError, ShapeError
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
                                   KUse, KernelProgram, count_loops, show_kernel_program,
@@ -36,6 +37,50 @@ from .hosteval import HostEval
 
 
 _TAKEN = "$taken"  # env key of the call's list of allocated buffers (no variable's name)
+_MEMO = "$memo"  # env key of the call's values of host expressions
+
+
+def _bound_in_loops(block: KBlock, inside: bool = False) -> set:
+    """Names of arrays bound inside ``KAwhile`` conditions and bodies (and the loops'
+    parameters): their values change from one iteration to the next."""
+    out: set = set()
+    for s in block.steps:
+        if isinstance(s, KAwhile):
+            out.update(p.name for p in s.params)
+            out |= _bound_in_loops(s.cond, True) | _bound_in_loops(s.body, True)
+        elif isinstance(s, KAcond):
+            out |= _bound_in_loops(s.t, inside) | _bound_in_loops(s.e, inside)
+        elif inside:
+            out.update(o.name for o in step_outs(s))
+    return out
+
+
+class _Memo:
+    """Host evaluation of a step's shapes, remembered for the rest of the call when they
+    read only arrays that stay bound (the same shape expressions recur in many steps,
+    e.g. every step of a gradient over (points, K, D) arrays)."""
+
+    def __init__(self, runner, env: dict):
+        self.runner, self.env, self.ev = runner, env, None
+
+    def __call__(self, e):
+        known = self.runner._memoisable.get(id(e))
+        if known is None:  # first sight: equal expressions share one key
+            fv = free_vars(e)
+            ok = not (fv & self.runner._loop_bound) and all(
+                isinstance(self.env.get(name), ArrVal) for name in fv)
+            key = id(self.runner._canonical.setdefault(e, e)) if ok else None
+            known = self.runner._memoisable[id(e)] = (e, key)  # (e keeps id(e) unique)
+        key = known[1]
+        memo = self.env[_MEMO]
+        if key is not None and key in memo:
+            return memo[key]
+        if self.ev is None:
+            self.ev = HostEval(self.env)
+        v = self.ev(e)
+        if key is not None:
+            memo[key] = v
+        return v
 
 
 class ArrVal:
@@ -195,6 +240,9 @@ class Runner:
         self._calls = 0
         self._counts: collections.Counter = collections.Counter()  # phase launches
         self._pool = BufferPool()
+        self._loop_bound = _bound_in_loops(kp.body)  # names rebound by KAwhile iterations
+        self._memoisable: dict = {}  # id(host expression) -> (expression, memo key or None)
+        self._canonical: dict = {}  # host expression -> the first equal one seen
         self._collect_uses(kp.body)
 
     # ---- preparation
@@ -228,6 +276,7 @@ class Runner:
             env[p.name] = _input(x, p.type, f"argument {i} ({p.name})")
         taken: list = []  # buffers allocated by this call
         env[_TAKEN] = taken
+        env[_MEMO] = {}
         with np.errstate(all="ignore"):
             self._block(self.kp.body, env)
         res = [env[r.name] for r in self.kp.body.result]
@@ -292,7 +341,7 @@ class Runner:
 
     def _loop(self, s, env: dict) -> None:
         plan = self.gen.plans[id(s)]
-        ev = HostEval(env)
+        ev = _Memo(self, env)
         vals: dict = {}
         phases = []  # (phase, ntask or None for a plain function, work elements)
         if isinstance(s, KGenerate):
