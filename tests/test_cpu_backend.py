@@ -795,3 +795,29 @@ def test_host_shapes_remembered_within_a_call_but_not_across_loop_iterations():
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
         assert got[1].shape == (n * 2 ** max(0, int(np.ceil(np.log2(40 / n)))) + 1,)
+
+
+def test_result_buffers_are_reused_only_after_the_caller_drops_them():
+    """Results are lent: their buffers come back for the next call only when no array
+    (not even a view of a slice) of the caller's still uses them."""
+    x = av(float64, 1, "x")
+    o = av(float64, 1, "o")
+    step = KGenerate((o,), sh(dim(x, 0)), ix_lam(1, lambda i: P("mul", at(x, i), f64(3.0))))
+    r = prepare_kernels(kprog((x,), [step], o))
+    x0 = np.arange(1000.0)
+
+    def addr(a):
+        return a.__array_interface__["data"][0]
+
+    out = r([x0])
+    kept = out[10:20]  # a view keeps the buffer lent
+    a0 = addr(out)
+    del out
+    out2 = r([x0 + 1])
+    assert addr(out2) != a0
+    np.testing.assert_array_equal(kept, x0[10:20] * 3)
+    del kept
+    out3 = r([x0 + 2])  # now the first buffer is free again
+    assert addr(out3) == a0
+    np.testing.assert_array_equal(out3, (x0 + 2) * 3)
+    np.testing.assert_array_equal(out2, (x0 + 1) * 3)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import math
+import sys
 import threading
 import time
 
@@ -182,15 +183,20 @@ def _rebuild_elt(t, it):
 
 
 class BufferPool:
-    """Flat buffers of finished calls' intermediate arrays, by (dtype, size), for reuse.
+    """A caching allocator for the flat buffers of one runner, by (dtype, size).
 
-    Only buffers that no result refers to are returned (results are handed to the
-    caller); at most ``per_key`` buffers per key and ``max_bytes`` in all are kept."""
+    Buffers of a finished call's intermediate arrays are free at once.  Buffers of its
+    results are *lent*: the caller's arrays are views of them, and a lent buffer is
+    reused only once nothing but the pool refers to it (CPython reference count: every
+    NumPy view, memoryview or exported buffer of it holds a reference), i.e. after the
+    caller has dropped every array that shares its memory.  At most ``per_key`` free
+    buffers per key and ``max_bytes`` of free and idle lent buffers are kept."""
 
     def __init__(self, per_key: int = 4, max_bytes: int = 1 << 30):
         self.per_key, self.max_bytes = per_key, max_bytes
         self.free: dict = {}
-        self.bytes = 0
+        self.lent: list = []
+        self.bytes = 0  # free buffers
         self.lock = threading.Lock()
 
     def take(self, size: int, dtype, taken: list) -> np.ndarray:
@@ -200,20 +206,61 @@ class BufferPool:
             b = bufs.pop() if bufs else None
             if b is not None:
                 self.bytes -= b.nbytes
+            else:
+                b = self._returned(key)
         if b is None:
             b = np.empty(size, dtype=dtype)
         taken.append(b)
         return b
 
+    def _returned(self, key):
+        """A lent buffer of ``key`` that nobody else refers to any more (or None)."""
+        lent = self.lent
+        for k in range(len(lent)):
+            b = lent[k]
+            # references: the list, ``b`` and getrefcount's argument
+            if (b.dtype, b.size) == key and sys.getrefcount(b) <= _POOL_REFS:
+                del lent[k]
+                return b
+        return None
+
     def give(self, bufs: list, keep: set) -> None:
+        """Return a finished call's buffers: those in ``keep`` (results) are lent."""
         with self.lock:
             for b in bufs:
-                if id(b) in keep or self.bytes + b.nbytes > self.max_bytes:
+                if id(b) in keep:
+                    self.lent.append(b)
+                    continue
+                if self.bytes + b.nbytes > self.max_bytes:
                     continue
                 lst = self.free.setdefault((b.dtype, b.size), [])
                 if len(lst) < self.per_key:
                     lst.append(b)
                     self.bytes += b.nbytes
+            held = sum(b.nbytes for b in self.lent)
+            while self.lent and held > self.max_bytes:  # forget the oldest lent buffers
+                held -= self.lent.pop(0).nbytes
+
+
+def _build_result(t, it, out):
+    """The caller's (nested tuple of) arrays (a plain function: a recursive closure
+    would be a reference cycle keeping the result buffers referenced until the next
+    garbage collection, and so out of the buffer pool)."""
+    if isinstance(t, ATupleT):
+        return tuple(_build_result(x, it, out) for x in t.items)
+    return out(next(it), t)
+
+
+def _pool_refs() -> int:
+    """The reference count ``BufferPool._returned`` sees for a buffer only it holds."""
+    lst = [np.empty(1)]
+    for k in range(len(lst)):
+        b = lst[k]
+        return sys.getrefcount(b)
+    return 0
+
+
+_POOL_REFS = _pool_refs()
 
 
 # --------------------------------------------------------------------------- runner
@@ -301,16 +348,9 @@ class Runner:
             return _rebuild_elt(t.elt, iter(bufs))
 
         t = self.kp.result_type
-        it = iter(res)
-
-        def build(t):
-            if isinstance(t, ATupleT):
-                return tuple(build(x) for x in t.items)
-            return out(next(it), t)
-
         if not isinstance(t, (ATupleT, ArrayT)):
             raise BackendError(f"cpu backend: result of type {t!r}")
-        return build(t)
+        return _build_result(t, iter(res), out)
 
     def _block(self, block: KBlock, env: dict) -> None:
         for s in block.steps:
