@@ -28,7 +28,8 @@ import numpy as np
 import accel as A
 from .io import BASparseJacobian
 
-__all__ = ["N_CAM", "BLOCK", "reprojerr", "werr", "residuals", "jacobian", "blocks",
+__all__ = ["N_CAM", "BLOCK", "reprojerr", "werr", "residuals", "jacobian", "jacobian_entries",
+           "blocks",
            "csr_structure", "numpy_residuals", "numpy_blocks", "numpy_jacobian",
            "BARunner"]
 
@@ -154,31 +155,55 @@ def _pick(items, t, lo=0):
     return A.cond(t < lo + mid, _pick(items[:mid], t, lo), _pick(items[mid:], t, lo + mid))
 
 
-def jacobian(cams, pts, ws, feats, obs):
-    """ADBench's CSR Jacobian ``(rows, cols, vals)`` (int64, int64, float64)."""
-    n, m, p = cams.shape[0], pts.shape[0], ws.shape[0]
+def _entries(cams, pts, ws, feats, obs, first):
+    """CSR column indices and values of the observations ``obs`` (global indices
+    ``first ..``): their 30 block entries each, in observation order, then one
+    weight-row entry each.  Integer arithmetic is in ``obs``'s type (int32 halves the
+    memory of the column indices of large problems)."""
+    it = obs.type.elt
+    n, m, p = A.to_int(cams.shape[0], it), A.to_int(pts.shape[0], it), ws.shape[0]
     grads, dwerr = blocks(cams, pts, ws, feats, obs)
     nblock = 2 * BLOCK * p
-    rows = A.generate((3 * p + 1,), lambda i: A.cond(i <= 2 * p, BLOCK * i, nblock + (i - 2 * p)))
+    wcol = N_CAM * n + 3 * m + first          # column of the first observation's weight
 
     def entry(i):
         def in_block():
             o = i // (2 * BLOCK)          # observation
             j = i % BLOCK                  # column slot within the row
+            jj = A.to_int(j, it)
             ci, pi = obs[o, 0], obs[o, 1]
-            col = A.cond(j < N_CAM, N_CAM * ci + j,
-                         A.cond(j < N_CAM + 3, N_CAM * n + 3 * pi + (j - N_CAM),
-                                N_CAM * n + 3 * m + o))
+            col = A.cond(j < N_CAM, N_CAM * ci + jj,
+                         A.cond(j < N_CAM + 3, N_CAM * n + 3 * pi + (jj - N_CAM),
+                                wcol + A.to_int(o, it)))
             return col, _pick(grads[o], i % (2 * BLOCK))
 
         def w_row():
             wi = i - nblock
-            return N_CAM * n + 3 * m + wi, dwerr[wi]
+            return wcol + A.to_int(wi, it), dwerr[wi]
 
         return A.cond(i < nblock, in_block(), w_row())
 
     colsvals = A.generate((nblock + p,), entry)
-    return rows, A.map(lambda cv: cv[0], colsvals), A.map(lambda cv: cv[1], colsvals)
+    return A.map(lambda cv: cv[0], colsvals), A.map(lambda cv: cv[1], colsvals)
+
+
+def jacobian(cams, pts, ws, feats, obs):
+    """ADBench's CSR Jacobian ``(rows, cols, vals)`` (row pointers and column indices in
+    ``obs``'s integer type, float64 values)."""
+    p = ws.shape[0]
+    it = obs.type.elt
+    nblock = 2 * BLOCK * p
+    rows = A.generate((3 * p + 1,), lambda i: A.to_int(
+        A.cond(i <= 2 * p, BLOCK * i, nblock + (i - 2 * p)), it))
+    cols, vals = _entries(cams, pts, ws, feats, obs, A.to_int(0, it))
+    return rows, cols, vals
+
+
+def jacobian_entries(cams, pts, ws, feats, obs, first):
+    """:func:`jacobian`'s ``(cols, vals)`` for a chunk of observations whose first has
+    the global index ``first`` (a rank-0 array of ``obs``'s type): the chunk's block
+    entries, then its weight-row entries (see :class:`BARunner`)."""
+    return _entries(cams, pts, ws, feats, obs, A.the(first))
 
 
 def csr_structure(n: int, m: int, p: int, obs=None):
@@ -324,12 +349,20 @@ def numpy_jacobian(cams, pts, ws, feats, obs) -> BASparseJacobian:
 
 
 class BARunner:
-    """Residuals and CSR Jacobian of BA instances on an accel backend."""
+    """Residuals and CSR Jacobian of BA instances on an accel backend.
 
-    def __init__(self, backend: str = "fused"):
+    The Jacobian is computed in chunks of at most ``chunk`` observations
+    (:func:`jacobian_entries`), each written into place in the CSR arrays, so the
+    per-observation blocks of only one chunk are alive at a time; column indices are
+    int32 when every index fits.  ba20 (29M observations) then peaks below 15 GB, where
+    one program over all observations with int64 indices needed 22 GB.
+    """
+
+    def __init__(self, backend: str = "fused", chunk: int = 1 << 20):
         self.backend = backend
+        self.chunk = chunk
         self.res = A.compile(residuals, backend=backend)
-        self.jac = A.compile(jacobian, backend=backend)
+        self.entries = A.compile(jacobian_entries, backend=backend)
 
     @staticmethod
     def arrays(inp):
@@ -340,6 +373,24 @@ class BARunner:
         return np.stack([rx, ry], axis=1), we
 
     def jacobian(self, inp, arrays=None) -> BASparseJacobian:
-        n, m, p = inp.n, inp.m, inp.p
-        rows, cols, vals = self.jac(*(arrays or self.arrays(inp)))
-        return BASparseJacobian(3 * p, N_CAM * n + 3 * m + p, rows, cols, vals)
+        cams, pts, ws, feats, obs = arrays or self.arrays(inp)
+        n, m, p = cams.shape[0], pts.shape[0], ws.shape[0]
+        ncols, nnz = N_CAM * n + 3 * m + p, 2 * BLOCK * p + p
+        it = np.int32 if max(ncols, nnz) < 2 ** 31 else np.int64
+        obs = np.asarray(obs).astype(it, copy=False)
+        nblock = 2 * BLOCK * p
+        rows = np.concatenate([BLOCK * np.arange(2 * p + 1, dtype=it),
+                               nblock + np.arange(1, p + 1, dtype=it)])
+        if p <= self.chunk:  # one chunk: its arrays are already in CSR order
+            cols, vals = self.entries(cams, pts, ws, feats, obs, np.array(0, dtype=it))
+            return BASparseJacobian(3 * p, ncols, rows, cols, vals)
+        cols, vals = np.empty(nnz, dtype=it), np.empty(nnz)
+        for a in range(0, p, self.chunk):
+            b = min(p, a + self.chunk)
+            c, v = self.entries(cams, pts, ws[a:b], feats[a:b], obs[a:b],
+                                np.array(a, dtype=it))
+            k = 2 * BLOCK * (b - a)
+            cols[2 * BLOCK * a:2 * BLOCK * b], vals[2 * BLOCK * a:2 * BLOCK * b] = c[:k], v[:k]
+            cols[nblock + a:nblock + b], vals[nblock + a:nblock + b] = c[k:], v[k:]
+            del c, v  # their buffers go back to the runner for the next chunk
+        return BASparseJacobian(3 * p, ncols, rows, cols, vals)

@@ -217,6 +217,22 @@ def _explicit_csr(inp, blk, dw):
     return np.array(rows), np.array(cols), np.array(vals)
 
 
+@pytest.mark.parametrize("chunk", [3, 10])
+def test_ba_jacobian_in_chunks_equals_one_program(chunk):
+    """The runner's chunked Jacobian (blocks written into place chunk by chunk, int32
+    indices) equals ``ba.jacobian``, the whole CSR as one accel program (int64)."""
+    inp = aio.read_ba(os.path.join(DATA, "ba", "test.txt"))
+    J = ba.BARunner("fused", chunk=chunk).jacobian(inp)
+    rows, cols, vals = A.run(ba.jacobian, *ba_arrays(inp), backend="fused")
+    assert J.cols.dtype == J.rows.dtype == np.int32 and cols.dtype == np.int64
+    np.testing.assert_array_equal(J.rows, rows)
+    np.testing.assert_array_equal(J.cols, cols)
+    np.testing.assert_array_equal(J.vals, vals)
+    want_rows, want_cols = ba.csr_structure(inp.n, inp.m, inp.p, inp.obs)
+    np.testing.assert_array_equal(J.cols, want_cols)
+    np.testing.assert_array_equal(J.rows, want_rows)
+
+
 @pytest.mark.parametrize("backend", ["fused", "interpreter"])
 def test_ba_csr_structure_on_a_tiny_expanded_instance(tmp_path, backend):
     src = open(os.path.join(DATA, "ba", "ba1_n49_m7776_p31843.txt")).read().split("\n")

@@ -1120,10 +1120,12 @@ class Gen:
             if made >= n:
                 break
             method = self.src.weighted(self.STATEMENTS)
-            before = len(self.top.lines)
+            before = (len(self.top.lines), len(self.top.vars), len(self.arrays))
             out = getattr(self, method)()
-            if out is None:
-                del self.top.lines[before:]
+            if out is None:  # abandoned: forget its lines and what they bound
+                del self.top.lines[before[0]:]
+                del self.top.vars[before[1]:]
+                del self.arrays[before[2]:]
                 continue
             made += 1
         n_in = len(types)
