@@ -6,10 +6,11 @@ kernel of each loop step with flat buffers and an int64 ``shp`` array of sizes,
 raises ``OutOfBoundsError`` when a kernel's bounds check recorded a failure, and runs
 ``KAcond``/``KAwhile`` control flow.  Arrays are immutable once built, so arrays are
 shared freely between steps; results that would alias an input, a ``KUse`` constant
-or another result are copied on the way out.  Buffers of intermediate arrays are
-recycled by the next call (``BufferPool``): fresh large allocations are fresh pages,
-and faulting them in cost more than the loops that fill them (BA's Jacobian: 12 ms
-against 1.4 ms for a 1M-element step).
+or another result are copied on the way out.  Buffers are recycled (``BufferPool``):
+intermediates by the next call, results once the caller has dropped them.  Fresh large
+allocations are fresh pages, and faulting them in cost more than the loops that fill
+them (BA's Jacobian: 12 ms against 1.4 ms for a 1M-element step).  The price: a runner
+keeps up to ``BufferPool.max_bytes`` of idle buffers until it is garbage collected.
 """
 
 from __future__ import annotations
@@ -190,7 +191,8 @@ class BufferPool:
     reused only once nothing but the pool refers to it (CPython reference count: every
     NumPy view, memoryview or exported buffer of it holds a reference), i.e. after the
     caller has dropped every array that shares its memory.  At most ``per_key`` free
-    buffers per key and ``max_bytes`` of free and idle lent buffers are kept."""
+    buffers per key, ``max_bytes`` of free buffers and ``max_bytes`` of lent ones (the
+    oldest are forgotten first) are kept."""
 
     def __init__(self, per_key: int = 4, max_bytes: int = 1 << 30):
         self.per_key, self.max_bytes = per_key, max_bytes
