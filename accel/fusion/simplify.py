@@ -1755,19 +1755,31 @@ def tidy(e, rounds: int = 4):
             return _with(e, body=tidy(e.body, rounds))
         e = _Renamer().go(e)  # fusion shares subterms, binders included
         for _ in range(rounds):
-            c = _CSE(True)
-            e = c.top_exp(e)
-            inl = _Inliner(_Uses(e), c.scratch)
-            e = inl.go(e)
-            loc = _Local(zeros=False)
-            e = loc.go(e)
-            tup = _Tuples(_Uses(e))
-            e = tup.go(e)
-            dce = _DCE(e)
-            e = dce.go(e)
-            if not (c.changes or inl.changes or loc.changes or tup.changes or dce.changes):
+            e, changed = _round(e, lambda c, x: c.top_exp(x), _Local(zeros=False), False)
+            if not changed:
                 break
         return e
+
+
+def _round(term, cse, local: _Local, split: bool):
+    """One round of the passes over ``term`` (a program, or an expression with ``cse``
+    its entry into ``_CSE``): ``(new term, whether anything changed)``."""
+    c = _CSE(True)
+    term = cse(c, term)
+    inl = _Inliner(_Uses(term), c.scratch)
+    term = inl.go(term)
+    term = local.go(term)
+    tup = _Tuples(_Uses(term))
+    term = tup.go(term)
+    done = [c, inl, local, tup]
+    if split:
+        spl = _EltSplit(_Uses(term))
+        term = spl.go(term)
+        done.append(spl)
+    dce = _DCE(term)
+    term = dce.go(term)
+    done.append(dce)
+    return term, any(x.changes for x in done)
 
 
 # --------------------------------------------------------------------------- driver
@@ -1783,19 +1795,8 @@ def simplify(program: Program, adjoint_zeros: bool = False,
     with _deep():
         p = _uniquify(program)
         for _ in range(max_rounds):
-            c = _CSE(True)
-            p = Program(p.params, c.region_arr(p.body))
-            inl = _Inliner(_Uses(p), c.scratch)
-            p = inl.go(p)
-            loc = _Local(adjoint_zeros=adjoint_zeros)
-            p = loc.run(p)
-            tup = _Tuples(_Uses(p))
-            p = tup.go(p)
-            spl = _EltSplit(_Uses(p))
-            p = spl.go(p)
-            dce = _DCE(p)
-            p = dce.go(p)
-            if not (c.changes or inl.changes or loc.changes or tup.changes or spl.changes
-                    or dce.changes):
+            p, changed = _round(p, lambda c, q: Program(q.params, c.region_arr(q.body)),
+                                _Local(adjoint_zeros=adjoint_zeros), True)
+            if not changed:
                 return p
         return inline_lets(p)
