@@ -121,6 +121,15 @@ class Compiled:
             text += "\n\n" + runner.show()
         return text
 
+    def release_buffers(self) -> None:
+        """Let the compiled runners forget the buffers they keep for reuse between calls
+        (the cpu backend keeps up to 1 GiB of intermediates and 1 GiB of dropped results
+        per signature)."""
+        for _, runner in self._cache.values():
+            release = getattr(runner, "release_buffers", None)
+            if release is not None:
+                release()
+
     @located
     def stats(self, *args) -> dict:
         """Facts about the compiled program, at least ``{"kernels": n}``."""

@@ -12,8 +12,10 @@ forward-mode dual numbers for BA), and, when importable, JAX (``jax.jit`` of
 ``jax.value_and_grad``; BA: ``vmap(jacrev)``) and PyTorch (autograd; BA:
 ``torch.func.vmap(jacrev)``).  Every tool's result is compared with NumPy's using
 ADBench's metric.  Peak memory is the ``tracemalloc`` peak of one extra run (Python and
-NumPy allocations; numba's and XLA's own allocators are not traced) and the process's
-maximum resident set size at the end.
+NumPy allocations, which include every buffer of accel's cpu backend: its buffer pools are
+emptied first) for accel and NumPy; XLA's and ATen's allocators are not traced, so JAX
+and PyTorch get no traced peak.  The process's maximum resident set size is printed at
+the end.
 
 Writes ``bench.csv`` and (with matplotlib) ``bench.png``: time against the number of
 independent variables, log-log, one line per tool, like the thesis's appendix D.
@@ -112,6 +114,8 @@ class Tool:
     """A named pair of callables ``objective()`` and ``derivative()`` for one input."""
 
     compiled = False
+    traced = True  # tracemalloc sees its allocations
+    release = None  # forgets reusable buffers before the memory run
 
     def __init__(self, name):
         self.name = name
@@ -127,6 +131,7 @@ def _gmm_tools(inp, names, backends):
             t.compiled = True
             t.objective = lambda r=runner: r.objective(inp)
             t.derivative = lambda r=runner: r.value_and_gradient(inp)[1]
+            t.release = lambda r=runner: (r.f.release_buffers(), r.vg.release_buffers())
             tools.append(t)
     if "numpy" in names:
         t = Tool("numpy")
@@ -156,6 +161,7 @@ def _ba_tools(inp, names, backends):
             t.compiled = True
             t.objective = lambda r=runner: r.residuals(inp, arrays)[0]
             t.derivative = lambda r=runner: r.jacobian(inp, arrays).vals
+            t.release = lambda r=runner: (r.res.release_buffers(), r.entries.release_buffers())
             tools.append(t)
     if "numpy" in names:
         t = Tool("numpy")
@@ -210,6 +216,7 @@ def _jax_gmm(inp, x):
     vg = jax.jit(jax.value_and_grad(objective, argnums=(0, 1, 2)))
     args = [jnp.asarray(a) for a in (inp.alphas, inp.means, inp.icf, np.ascontiguousarray(x))]
     t = Tool("jax")
+    t.traced = False
     t.compiled = True
     t.objective = lambda: float(f(*args))
     t.derivative = lambda: _gmm.flatten_gradient(*[np.asarray(g) for g in vg(*args)[1]])
@@ -248,6 +255,7 @@ def _jax_ba(inp, arrays):
 
     fr, fb = jax.jit(residuals), jax.jit(blocks)
     t = Tool("jax")
+    t.traced = False
     t.compiled = True
     t.objective = lambda: np.asarray(fr(cams, pts, ws, feats, obs)[0])
     t.derivative = lambda: _assemble_vals(*[np.asarray(a) for a in
@@ -301,6 +309,7 @@ def _torch_gmm(inp, x):
         return _gmm.flatten_gradient(*[p.grad.numpy() for p in ps])
 
     t = Tool("torch")
+    t.traced = False
 
     def value():
         with torch.no_grad():
@@ -340,6 +349,7 @@ def _torch_ba(inp, arrays):
         return _assemble_vals(blk.detach().numpy(), (-2.0 * ws).numpy())
 
     t = Tool("torch")
+    t.traced = False
     t.objective = residuals
     t.derivative = jacobian
     return t
@@ -400,7 +410,11 @@ def run_bench(args) -> int:
                 best, runs = measure(fn, args.max_runs, args.max_seconds)
                 best = min(best, first)
                 compile_s = max(0.0, first - best) if tool.compiled else 0.0
-                peak = float("nan") if args.no_memory else traced_peak_mb(fn)
+                peak = float("nan")
+                if not args.no_memory and tool.traced:
+                    if tool.release is not None:
+                        tool.release()
+                    peak = traced_peak_mb(fn)
                 res = np.ravel(np.asarray(result, dtype=np.float64))
                 if tool.name == "numpy":
                     ref[what] = res

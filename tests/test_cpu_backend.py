@@ -821,3 +821,20 @@ def test_result_buffers_are_reused_only_after_the_caller_drops_them():
     assert addr(out3) == a0
     np.testing.assert_array_equal(out3, (x0 + 2) * 3)
     np.testing.assert_array_equal(out2, (x0 + 1) * 3)
+
+
+def test_release_buffers_empties_the_pools_of_a_compiled_program():
+    import accel as A
+
+    def f(x):
+        y = A.map(lambda v: A.exp(v) * 2.0, x)   # read twice: materialised
+        return A.zip_with(lambda a, b: a * b, y, A.map(lambda v: v + 1.0, y))
+
+    c = A.compile(f, backend="cpu")
+    x = np.linspace(0, 1, 1000)
+    want = c(x)
+    (runner,) = [r for _, r in c._cache.values()]
+    assert runner._pool.bytes > 0 or runner._pool.lent
+    c.release_buffers()
+    assert runner._pool.bytes == 0 and not runner._pool.lent
+    np.testing.assert_array_equal(c(x), want)

@@ -557,6 +557,10 @@ class Runner:
         raise BackendError(f"cpu backend: numba failed to compile kernel {name}: "
                            f"{first}") from first
 
+    def release_buffers(self) -> None:
+        """Forget the pooled buffers (memory returns once nothing else refers to it)."""
+        self._pool = BufferPool()
+
     def show(self) -> str:
         """The kernel program, as text."""
         return show_kernel_program(self.kp)
