@@ -6,11 +6,11 @@ Run: python benchmarks/ad_complexity.py [--backend interpreter]
 """
 
 import argparse
-import time
 
 import numpy as np
 
 import accel as A
+from timing import best  # sibling script
 
 
 def loss(x, w, ix):
@@ -19,15 +19,6 @@ def loss(x, w, ix):
     g = A.map(lambda j: z[j] * x[j], ix)  # data-dependent gather
     rows = A.sum(A.reshape((A.size(g) // 10, 10), g))
     return A.sum_all(A.map(lambda r: r * r, rows))
-
-
-def best(f, *args, repeat=5):
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f(*args)
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main():

@@ -17,18 +17,9 @@ import numpy as np
 import accel as A
 from adbench import gmm
 from adbench import io as aio
+from timing import best  # sibling script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def best(f, *args, repeat=5):
-    f(*args)
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f(*args)
-        ts.append(time.perf_counter() - t0)
-    return min(ts)
 
 
 def main():

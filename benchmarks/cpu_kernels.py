@@ -22,15 +22,8 @@ os.environ.setdefault("ACCEL_CACHE_DIR", tempfile.mkdtemp(prefix="accel-bench-")
 
 import accel as A  # noqa: E402
 
-
-def best(f, *args, repeat=7):
-    f(*args)
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f(*args)
-        ts.append(time.perf_counter() - t0)
-    return min(ts)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also when imported as a module
+from timing import best  # noqa: E402 - sibling script
 
 
 # --- the jobs: (accel program, numpy version, hand-written numba version)
@@ -168,7 +161,7 @@ def main():
         cold = time.perf_counter() - t0
         ref = fn(*args)
         assert np.allclose(res, ref, rtol=1e-6), name
-        ta, tn, tb = best(c, *args), best(fn, *args), best(fb, *args)
+        ta, tn, tb = (best(g, *args, repeat=7) for g in (c, fn, fb))
         print(f"{name:28} {cold:7.2f} {ta*1e3:9.2f} {tn*1e3:9.2f} {tb*1e3:9.2f} "
               f"{tn/ta:8.2f} {ta/tb:8.2f}")
     # warm start in a new process: the disk cache

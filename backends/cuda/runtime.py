@@ -34,7 +34,8 @@ from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPe
                                   step_outs)
 from backends.cpu import cache
 from backends.cpu.hosteval import HostEval
-from backends.cpu.runtime import ArrVal, _input, _rebuild_elt, _shape_of, _shown
+from backends.cpu.runtime import (ArrVal, _build_result, _input, _rebuild_elt, _shape_of,
+                                  _shown)
 
 from . import codegen
 from .codegen import ERR_SIZE
@@ -160,16 +161,9 @@ class Runner:
             return _rebuild_elt(t.elt, iter(bufs))
 
         t = self.kp.result_type
-        it = iter(res)
-
-        def build(t):
-            if isinstance(t, ATupleT):
-                return tuple(build(x) for x in t.items)
-            return out(next(it), t)
-
         if not isinstance(t, (ATupleT, ArrayT)):
             raise BackendError(f"cuda backend: result of type {t!r}")
-        return build(t)
+        return _build_result(t, iter(res), out)
 
     def _block(self, block: KBlock, env: dict) -> None:
         for s in block.steps:
