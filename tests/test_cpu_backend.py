@@ -20,59 +20,16 @@ _CACHE = tempfile.mkdtemp(prefix="accel-cpu-test-")
 os.environ["ACCEL_CACHE_DIR"] = _CACHE
 
 from accel.ast import nodes as N  # noqa: E402
-from accel.ast.types import (ArrayT, ATupleT, TupleT, bool_, float32, float64, int32,  # noqa: E402
+from accel.ast.types import (ATupleT, TupleT, bool_, float32, float64, int32,  # noqa: E402
                              int64, shape_type)
 from accel.errors import OutOfBoundsError, ShapeError  # noqa: E402
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold,  # noqa: E402
                                   KGenerate, KPermute, KScan, KUse)
 from accel.fusion.numpy_eval import evaluate  # noqa: E402
 from backends.cpu import cache, codegen, prepare_kernels  # noqa: E402
+from kernel_builders import P, at, av, dim, f64, i64, ix_lam, kprog, lam, sh  # noqa: E402
 
 # --------------------------------------------------------------------------- builders
-
-
-def P(op, *args):
-    return N.PrimApp(op, tuple(args))
-
-
-def i64(v):
-    return N.Const(v, int64)
-
-
-def f64(v):
-    return N.Const(v, float64)
-
-
-def lam(types, fn):
-    params = tuple(N.Var(N.fresh("x"), t) for t in types)
-    return N.Lam(params, fn(*params))
-
-
-def av(elt, rank, p="a"):
-    return N.Avar(N.fresh(p), ArrayT(elt, rank))
-
-
-def sh(*exps):
-    return N.Tuple(tuple(i64(e) if isinstance(e, int) else e for e in exps))
-
-
-def dim(a, k):
-    return N.Prj(k, N.Shape(a))
-
-
-def at(a, *ix):
-    return N.Index(a, sh(*ix))
-
-
-def ix_lam(rank, fn):
-    """A function of an index of ``rank``; ``fn`` gets the components."""
-    return lam((shape_type(rank),), lambda i: fn(*(N.Prj(k, i) for k in range(rank))))
-
-
-def kprog(params, steps, result):
-    res = tuple(result) if isinstance(result, (tuple, list)) else (result,)
-    rt = ATupleT(tuple(r.type for r in res)) if isinstance(result, (tuple, list)) else result.type
-    return KernelProgram(tuple(params), KBlock(tuple(steps), res), rt)
 
 
 def both(kp, args, check_bounds=False, runner=None):

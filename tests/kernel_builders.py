@@ -1,0 +1,51 @@
+"""Builders of kernel-program IR for the backend tests (test_cpu_backend, test_cuda_backend)."""
+
+from __future__ import annotations
+
+from accel.ast import nodes as N
+from accel.ast.types import ArrayT, ATupleT, float64, int64, shape_type
+from accel.fusion.kernels import KBlock, KernelProgram
+
+
+def P(op, *args):
+    return N.PrimApp(op, tuple(args))
+
+
+def i64(v):
+    return N.Const(v, int64)
+
+
+def f64(v):
+    return N.Const(v, float64)
+
+
+def lam(types, fn):
+    params = tuple(N.Var(N.fresh("x"), t) for t in types)
+    return N.Lam(params, fn(*params))
+
+
+def av(elt, rank, p="a"):
+    return N.Avar(N.fresh(p), ArrayT(elt, rank))
+
+
+def sh(*exps):
+    return N.Tuple(tuple(i64(e) if isinstance(e, int) else e for e in exps))
+
+
+def dim(a, k):
+    return N.Prj(k, N.Shape(a))
+
+
+def at(a, *ix):
+    return N.Index(a, sh(*ix))
+
+
+def ix_lam(rank, fn):
+    """A function of an index of ``rank``; ``fn`` gets the components."""
+    return lam((shape_type(rank),), lambda i: fn(*(N.Prj(k, i) for k in range(rank))))
+
+
+def kprog(params, steps, result):
+    res = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+    rt = ATupleT(tuple(r.type for r in res)) if isinstance(result, (tuple, list)) else result.type
+    return KernelProgram(tuple(params), KBlock(tuple(steps), res), rt)
