@@ -373,9 +373,29 @@ def test_interchanged_fold_outer_major_sources():
                 assert tuple(int(g[col]) for g in got) == seq[-1]
 
 
-def test_fold_rows_of_rank3_outer_shapes_use_incremental_indices():
+def test_interchanged_fold_of_few_long_rows_is_chunked_exactly(small_chunks):
+    """Few long rows of an outer-major fold (AD's sums over all points into a small
+    array) fold in chunks of elements (phase ``oc``, every row per task), then each
+    row's partials combine in chunk order: 2x2 integer matrix products stay exact."""
+    z = N.Tuple((i64(1), i64(2), i64(0), i64(1)))
+    for zz in (z, None):
+        kp = _outer_fold_prog(2, matmul2(), zz, compose_t())
+        r = prepare_kernels(kp)
+        for rows, n in [(3, 1000), (17, 130), (40, 64 * 3 + 5)]:
+            x = tuple(c.reshape(n, rows) for c in mats(rows * n, rows + n))
+            got, want = both(kp, [x], runner=r)
+            assert_same(got, want)
+            for col in (0, rows - 1):
+                seq = seq_matprod(tuple(c[:, col] for c in x), (1, 2, 0, 1) if zz else None)
+                assert tuple(int(g[col]) for g in got) == seq[-1]
+        launches = r.stats()["launches"]
+        assert launches.get("oc_parallel", 0) >= 1 and launches["combc"] == 3
+
+
+def test_fold_rows_of_rank3_outer_shapes_use_incremental_indices(monkeypatch):
     """Row folds over rank-3 outer shapes (row indices advanced with carries, not
-    divisions): every row lands in its place, in parallel chunks and serially."""
+    divisions): every row lands in its place, in parallel chunks and serially, row by
+    row (phase ``f``) and in blocks of rows (phase ``b``)."""
     mul = lam((float64, float64), lambda x, y: P("add", P("mul", x, f64(0.5)), y))
     kp = _fold_prog(4, mul, f64(1.0), float64)
     r = prepare_kernels(kp)
@@ -385,7 +405,47 @@ def test_fold_rows_of_rank3_outer_shapes_use_incremental_indices():
         x = rng.standard_normal(shape)
         got, want = both(kp, [x], runner=r)
         assert_same(got, want, rtol=1e-13, atol=1e-13)
+    assert r.stats()["launches"].get("b_parallel", 0) >= 1
+    monkeypatch.setattr(codegen, "FOLD_BLOCK_MAX_OPS", 0)
+    r = prepare_kernels(kp)
+    for shape in [(3, 4, 5, 6), (40, 30, 7, 3), (2, 1, 3, 0)]:
+        x = rng.standard_normal(shape)
+        got, want = both(kp, [x], runner=r)
+        assert_same(got, want, rtol=1e-13, atol=1e-13)
     assert r.stats()["launches"].get("f_parallel", 0) >= 1
+
+
+def test_blocked_row_folds_match_the_sequential_fold_exactly(monkeypatch):
+    """Rows folded ``FOLD_BLOCK`` at a time (phase ``b``) each still combine their
+    elements in order: a non-associative combination gives bit for bit the sequential
+    result, for rows in blocks, in leftovers at segment and task ends, with and without
+    a seed."""
+    f = lam((float64, float64), lambda x, y: P("add", P("mul", x, f64(0.5)), y))
+    rng = np.random.default_rng(5)
+
+    def seq(x, z):
+        out = np.empty(x.shape[:-1])
+        for ix in np.ndindex(*x.shape[:-1]):
+            acc = z if z is not None else x[ix][0]
+            for v in x[ix][0 if z is not None else 1:]:
+                acc = acc * 0.5 + v
+            out[ix] = acc
+        return out
+
+    for z in (0.75, None):
+        kp = _fold_prog(3, f, f64(z) if z is not None else None, float64)
+        r = prepare_kernels(kp)
+        assert [p.blocked for p in r.gen.plans.values()] == [True]
+        for shape in [(5, 19, 4), (3, 8, 9), (2, 40, 1 if z is None else 0), (1, 7, 3),
+                      (300, 9, 5)]:
+            x = rng.standard_normal(shape)
+            got = r([x])
+            np.testing.assert_array_equal(got, seq(x, z))
+        launches = r.stats()["launches"]
+        assert launches.get("b_serial", 0) + launches.get("b_parallel", 0) >= 4
+        assert launches.get("b_parallel", 0) >= 1
+    monkeypatch.setattr(codegen, "FOLD_BLOCK_MAX_OPS", 0)
+    assert [p.blocked for p in prepare_kernels(kp).gen.plans.values()] == [False]
 
 
 def _wrap(v):
@@ -563,6 +623,53 @@ def test_host_shape_expressions_read_arrays():
         prepare_kernels(kp)([np.array([-2, 3, 1])])
     with pytest.raises(OutOfBoundsError):
         prepare_kernels(kp)([np.array([2, 1])])
+
+
+
+def test_step_plans_replayed_only_while_what_the_host_read_is_unchanged():
+    """A runner replays the last call's step plans for arguments of the same shapes,
+    each step whose arrays read by the host have the same shapes and whose elements
+    read by the host the same values; other steps are planned anew."""
+    a = av(int64, 1, "n")
+    x = av(float64, 1, "x")
+    m = av(int64, 0)
+    o, q = av(float64, 2), av(float64, 1)
+    add = lam((int64, int64), lambda p, r: P("add", p, r))
+    steps = [
+        # m = sum(n): an intermediate whose value is the next step's size
+        KFold(m, sh(), dim(a, 0), add, i64(0), lam((shape_type(1),), lambda i: N.Index(a, i))),
+        # o[i, j] = x[j] * i, shape (n[0], size x): an input's element read by the host
+        KGenerate((o,), sh(at(a, 0), dim(x, 0)),
+                  ix_lam(2, lambda i, j: P("mul", at(x, j), P("to_float64", i)))),
+        KGenerate((q,), sh(at(m)), ix_lam(1, lambda i: P("to_float64", i))),
+    ]
+    kp = kprog((a, x), steps, (o, q))
+    r = prepare_kernels(kp)
+
+    def check(n, xs, planned):
+        before = r.stats()["planned_steps"]
+        got, want = r([np.array(n), np.array(xs)]), evaluate(kp, [np.array(n), np.array(xs)])
+        assert_same(got, want)
+        assert r.stats()["planned_steps"] - before == planned
+
+    check([2, 3], [1.0, 2.0], 3)
+    check([2, 3], [4.0, 5.0], 0)  # only x's values changed: nothing the host read
+    check([2, 4], [4.0, 5.0], 1)  # m changed: only q's step
+    check([3, 3], [4.0, 5.0], 1)  # n[0] changed: only o's step (m is 6 again)
+    check([3, 3], [4.0, 5.0, 6.0], 3)  # other argument shapes: all planned ...
+    check([3, 3], [4.0, 5.0], 0)  # ... and the earlier shapes' plans still remembered
+    check([3, 3, 0], [4.0, 5.0], 3)
+
+    # a shape the host remembered from an earlier step within a call is still read by
+    # the later step: both depend on n[0]
+    o1, o2 = av(float64, 1), av(float64, 1)
+    steps2 = [KGenerate((o1,), sh(at(a, 0)), ix_lam(1, lambda i: at(x, i64(0)))),
+              KGenerate((o2,), sh(at(a, 0)), ix_lam(1, lambda i: P("to_float64", i)))]
+    kp = kprog((a, x), steps2, (o1, o2))
+    r = prepare_kernels(kp)
+    check([2], [1.0], 2)
+    check([2], [1.0], 0)
+    check([5], [1.0], 2)
 
 
 # --------------------------------------------------------------------------- control flow

@@ -58,6 +58,9 @@ FOLD_CHUNKS = 64  # chunks of a long fold (two-level reduction)
 FOLD_CHUNK_MIN_N = 4096  # inner length from which a fold with few rows is chunked
 FOLD_CHUNK_MAX_ROWS = 64  # ... "few rows"
 FOLD_TILE = 256  # most rows per task of an interchanged fold (accumulators stay in cache)
+FOLD_BLOCK = 8  # rows folded together by phase ``b`` (independent accumulator chains)
+FOLD_BLOCK_MAX_OPS = 48  # ... for element functions of at most this many operations
+FOLD_J_CHUNK = 64  # elements folded into a tile of an interchanged fold at a time
 SCAN_CHUNKS = 64  # chunks of a long single-row scan (three phases)
 SCAN_CHUNK_MIN_N = 16384
 PERMUTE_CHUNKS = 16  # private buffers of the parallel scatter
@@ -189,6 +192,7 @@ class KernelPlan:
     parallel: list = field(default_factory=list)  # phases of the driver, by ``which``
     weight: int = 1  # rough cost of one element (scales the work of a phase)
     outer: bool = False  # the fold has the interchanged phase ``o`` (see ``gen_fold``)
+    blocked: bool = False  # the fold has the phase ``b`` of blocks of rows
 
 
 @dataclass
@@ -826,9 +830,15 @@ def gen_fold(s: KFold, check: bool):
     g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
     g.ind -= 1
     g.store(parts, tk, tuple(acc))
-    outer = _outer_major(s)
+    # rows in blocks (each block's element functions emitted FOLD_BLOCK times: only
+    # for small ones), by rows or interchanged (see _outer_major)
+    blocked = rank > 0 and _ops(s.src, s.f) <= FOLD_BLOCK_MAX_OPS and len(ts) <= 4
+    outer = blocked and _outer_major(s)
     if outer:
         _fold_interchanged(g, s, dims, outs, m, n)
+        _fold_interchanged_chunked(g, s, dims, outs, parts, m, n, nch)
+    elif blocked:
+        _fold_blocked(g, s, dims, outs, n)
     g.begin("comb", ranged=False)
     r, c = g.fresh("r"), g.fresh("c")
     g.loop(r, f"range({m})")
@@ -839,21 +849,104 @@ def gen_fold(s: KFold, check: bool):
     g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), rebuild(elt, iter(nxt)))))
     g.ind -= 1
     g.store(outs, r, tuple(acc))
-    return g, {"outer": outer}
+    return g, {"outer": outer, "blocked": blocked}
+
+
+def _fold_blocked(g: KernelGen, s: KFold, dims: list, outs: list, n: str):
+    """Phase ``b``: the row-by-row fold (one chunk per row) on ``FOLD_BLOCK`` rows at a
+    time, adjacent along the last dimension: one loop over ``j`` updates all their
+    accumulators.  The rows' chains of combinations are independent, so the CPU overlaps
+    them (a single row's fold waits for each combination in turn: an add's latency per
+    element), and reads that do not depend on the row's last index are shared.  Each row
+    still combines its elements in order ``0 .. n-1``: the result is exactly phase ``f``'s.
+    Rows left over at the end of a segment or a task are folded one by one."""
+    g.begin("b")
+    ix = [g.fresh("i") for _ in dims]
+    for v, a in zip(ix, g.unravel("lo", dims)):
+        g.emit(f"{v} = {a}")
+    _row_blocks(g, s, dims, outs, "lo", "hi", ix, None, n)
+
+
+def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end: str,
+                ix: list, jlo: str | None, jhi: str) -> None:
+    """Fold rows ``first .. end-1`` (multi-index variables ``ix`` of row ``first``, which
+    this advances) over ``j`` in ``jlo .. jhi-1``, ``FOLD_BLOCK`` adjacent rows at a time
+    with their accumulators in variables.  ``jlo`` None: whole rows, from the seed (or
+    element 0); else the accumulators continue from the rows' values in the output."""
+    elt = s.out.type.elt
+    ts = leaves(elt)
+    r, j = g.fresh("r"), g.fresh("j")
+    pre, last = ix[:-1], ix[-1]
+    g.emit(f"{r} = {first}")
+    g.emit(f"while {r} < {end}:")
+    g.ind += 1
+    for width in (FOLD_BLOCK, 1):
+        if width > 1:
+            g.emit(f"if {end} - {r} >= {width} and {dims[-1]} - {last} >= {width}:")
+        else:
+            g.emit("else:")
+        g.ind += 1
+        rows = []
+        for t in range(width):
+            lt = g.fresh("l")
+            g.emit(f"{lt} = {last} + {t}")
+            rows.append(pre + [lt])
+        accs = [[g.fresh("acc") for _ in ts] for _ in rows]
+        if jlo is not None:
+            for t, acc in enumerate(accs):
+                g.set_vars(acc, ts, tuple(at(o, f"{r} + {t}") for o in outs))
+            start = jlo
+        elif s.z is not None:
+            z = g.exp(s.z)
+            for acc in accs:
+                g.set_vars(acc, ts, z)
+            start = "0"
+        else:
+            for acc, row in zip(accs, rows):
+                g.set_vars(acc, ts, g.apply(s.src, (tuple(row + ["0"]),)))
+            start = "1"
+        g.loop(j, f"range({start}, {jhi})")
+        for acc, row in zip(accs, rows):
+            x = g.apply(s.src, (tuple(row + [j]),))
+            g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
+        g.ind -= 1
+        for t, acc in enumerate(accs):
+            g.store(outs, f"{r} + {t}", tuple(acc))
+        g.emit(f"{r} += {width}")
+        g.emit(f"{last} += {width}")
+        g.ind -= 1
+    g.emit(f"if {last} == {dims[-1]}:")
+    g.ind += 1
+    g.emit(f"{last} = 0")
+    _increment(g, pre, dims[:-1])
+    g.ind -= 2
+
+
+def _ops(*lams) -> int:
+    """The number of primitive applications and reads in ``lams``."""
+    ops, seen, stack = 0, set(), list(lams)
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, (N.PrimApp, N.Index, N.While)):
+            ops += 1
+        stack.extend(children(e))
+    return ops
 
 
 def _fold_interchanged(g: KernelGen, s: KFold, dims: list, outs: list, m: str, n: str):
     """Phase ``o``: the fold with its loops interchanged, for sources that are contiguous
     along the rows rather than along the folded dimension (AD's folds over replicated
     dimensions: sums over points of per-point contributions).  A task is a tile of
-    ``tile`` rows (at most ``FOLD_TILE``; fewer when that gives every thread work)
-    accumulated in the output; for each ``j`` it combines element ``j`` into every row of
-    the tile, segment by segment of the last dimension.  Each row still combines its
-    elements in order
+    ``tile`` rows (at most ``FOLD_TILE``; fewer when that gives every thread work),
+    initialised in the output and then folded over ``FOLD_J_CHUNK`` elements at a time in
+    blocks of rows (``_row_blocks``): the chunk's part of the source stays in cache while
+    every block of the tile goes over it.  Each row still combines its elements in order
     ``0 .. n-1``, so the result is exactly the row-by-row fold's."""
-    elt = s.out.type.elt
     g.begin("o")
-    t, r0, r1, r, j = (g.fresh(x) for x in ("t", "r", "r", "r", "j"))
+    t, r0, r1, r, jc, je = (g.fresh(x) for x in ("t", "r", "r", "r", "jc", "je"))
     tile = g.slot(("tile",))
     g.loop(t, "range(lo, hi)")
     g.emit(f"{r0} = {t} * {tile}")
@@ -862,60 +955,89 @@ def _fold_interchanged(g: KernelGen, s: KFold, dims: list, outs: list, m: str, n
     bix = [g.fresh("b") for _ in dims]
     for v, a in zip(bix, base):
         g.emit(f"{v} = {a}")
-    pre = [g.fresh("i") for _ in dims[:-1]]  # outer indices of the current segment
-    c, c0, cnt, rs = g.fresh("c"), g.fresh("c"), g.fresh("cnt"), g.fresh("rs")
-    ix = pre + [c]
-
-    def rows(body):
-        """The tile's rows as segments along the last dimension: a plain counted loop
-        (affine indices, no carries) inside, so LLVM can vectorise across rows."""
-        for v, b in zip(pre, bix):
-            g.emit(f"{v} = {b}")
-        g.emit(f"{c0} = {bix[-1]}")
-        g.emit(f"{rs} = {r0}")
-        g.emit(f"while {rs} < {r1}:")
-        g.ind += 1
-        g.emit(f"{cnt} = min({r1} - {rs}, {dims[-1]} - {c0})")
-        g.loop(c, f"range({c0}, {c0} + {cnt})")
-        g.emit(f"{r} = {rs} + ({c} - {c0})")
-        body()
-        g.ind -= 1
-        g.emit(f"{rs} += {cnt}")
-        g.emit(f"{c0} = 0")
-        _increment(g, pre, dims[:-1])
-        g.ind -= 1
-
-    if s.z is not None:
-        g.loop(r, f"range({r0}, {r1})")
-        g.store(outs, r, g.exp(s.z))
-        g.ind -= 1
-        start = "0"
-    else:
-        rows(lambda: g.store(outs, r, g.apply(s.src, (tuple(ix + ["0"]),))))
-        start = "1"
-    g.loop(j, f"range({start}, {n})")
-
-    def step():
-        cur = rebuild(elt, iter(at(o, r) for o in outs))
-        g.store(outs, r, g.apply(s.f, (cur, g.apply(s.src, (tuple(ix + [j]),)))))
-
-    rows(step)
+    ix = [g.fresh("i") for _ in dims]
+    for v, b in zip(ix, bix):
+        g.emit(f"{v} = {b}")
+    g.loop(r, f"range({r0}, {r1})")  # every row from the seed or its element 0
+    g.store(outs, r, g.exp(s.z) if s.z is not None else g.apply(s.src, (tuple(ix + ["0"]),)))
+    _increment(g, ix, dims)
     g.ind -= 1
+    g.loop(jc, f"range({0 if s.z is not None else 1}, {n}, {FOLD_J_CHUNK})")
+    g.emit(f"{je} = min({jc} + {FOLD_J_CHUNK}, {n})")
+    for v, b in zip(ix, bix):
+        g.emit(f"{v} = {b}")
+    _row_blocks(g, s, dims, outs, r0, r1, ix, jc, je)
+    g.ind -= 2
+
+
+def _fold_interchanged_chunked(g: KernelGen, s: KFold, dims: list, outs: list, parts: list,
+                               m: str, n: str, nch: str):
+    """Phases ``oc`` and ``combc``: the interchanged fold of few, long rows (a sum over
+    all points into a (K, D) array).  Task ``c`` folds chunk ``c`` of the folded
+    dimension into partials ``p[c * m + row]`` for every row (in blocks of rows, so
+    its part of the source is read from memory once), then ``combc`` combines each row's
+    partials in chunk order, as phase ``comb`` does for row-by-row chunks (every chunk
+    has elements: the host chunks only folds with ``n >= FOLD_CHUNKS``)."""
+    elt = s.out.type.elt
+    ts = leaves(elt)
+    g.begin("oc")
+    c, r, base, jlo, jhi = (g.fresh(x) for x in ("c", "r", "o", "jlo", "jhi"))
+    g.loop(c, "range(lo, hi)")
+    g.emit(f"{jlo} = ({c} * {n}) // {nch}")
+    g.emit(f"{jhi} = (({c} + 1) * {n}) // {nch}")
+    g.emit(f"{base} = {c} * {m}")
+    ix = [g.fresh("i") for _ in dims]
+    for v in ix:
+        g.emit(f"{v} = 0")
+    g.loop(r, f"range({m})")  # chunk 0 from the seed, the others from their first element
+    if s.z is not None:
+        g.emit(f"if {c} == 0:")
+        g.ind += 1
+        g.store(parts, f"{base} + {r}", g.exp(s.z))
+        g.ind -= 1
+        g.emit("else:")
+        g.ind += 1
+    g.store(parts, f"{base} + {r}", g.apply(s.src, (tuple(ix + [jlo]),)))
+    if s.z is not None:
+        g.ind -= 1
+    _increment(g, ix, dims)
+    g.ind -= 1
+    st = g.fresh("st")
+    if s.z is not None:
+        g.emit(f"{st} = {jlo} if {c} == 0 else {jlo} + 1")
+    else:
+        g.emit(f"{st} = {jlo} + 1")
+    for v in ix:
+        g.emit(f"{v} = 0")
+    _row_blocks(g, s, dims, parts, base, f"{base} + {m}", ix, st, jhi)
+    g.ind -= 1
+    g.begin("combc", ranged=False)
+    acc = [g.fresh("acc") for _ in ts]
+    g.loop(r, f"range({m})")
+    g.set_vars(acc, ts, tuple(at(p, r) for p in parts))
+    g.loop(c, f"range(1, {nch})")
+    nxt = tuple(at(p, f"{c} * {m} + {r}") for p in parts)
+    g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), rebuild(elt, iter(nxt)))))
+    g.ind -= 1
+    g.store(outs, r, tuple(acc))
 
 
 def _outer_major(s: KFold) -> bool:
     """Whether the interchanged loop (phase ``o``) suits the fold's source: some read
-    has the row's last index as its own last index (consecutive rows of a segment read
-    adjacent elements: the segment loop is contiguous, even vectorisable) and no read has
-    the folded index last while the row's last index sits elsewhere (such a read is
+    has the folded index as its first index (consecutive elements of a row are far apart
+    in memory: a row-by-row fold would fetch a cache line per element), some read has the
+    row's last index as its own last index (consecutive rows of a segment read adjacent
+    elements: the segment loop is contiguous, even vectorisable) and no read has the
+    folded index last while the row's last index sits elsewhere (such a read is
     contiguous only along the row, as a dot product's).  AD's sums over points of
-    per-point contributions (``sum_i a[i, k, c] * b[i, k, r]``) and its transposed
-    products (``sum_r l[k, r, c] * y[i, k, r]``) are of the first kind."""
+    per-point contributions (``sum_i a[i, k, c] * b[i, k, r]``) are of this kind; its
+    transposed products (``sum_r l[k, r, c] * y[i, k, r]``) read little memory per row
+    and fold best in blocks of rows (phase ``b``)."""
     rank = len(s.shape.type.items)
     if rank == 0:
         return False
     p = s.src.params[0]
-    good = bad = 0
+    good = bad = major = 0
     env: dict = {}
 
     def resolve(e):  # through let-bound variables and projections of tuples
@@ -949,8 +1071,10 @@ def _outer_major(s: KFold) -> bool:
                     good += 1
                 elif pos[-1] == rank and rank - 1 in pos:
                     bad += 1
+                if len(pos) > 1 and pos[0] == rank:
+                    major += 1
         stack.extend(children(x))
-    return good > 0 and bad == 0
+    return good > 0 and bad == 0 and major > 0
 
 
 def scan_chunked(s: KScan) -> bool:
@@ -1185,7 +1309,8 @@ def _generate(body: KBlock, check_bounds: bool) -> Module:
                 mod.plans[id(s)] = KernelPlan(s, name, list(g.array_order), list(g.layout),
                                               list(g.sites), extra.get("fast"),
                                               extra.get("chunked", False), list(g.parallel),
-                                              step_weight(s), extra.get("outer", False))
+                                              step_weight(s), extra.get("outer", False),
+                                              extra.get("blocked", False))
             elif isinstance(s, KAcond):
                 visit(s.t)
                 visit(s.e)

@@ -30,11 +30,15 @@ def _flat(v) -> list:
 
 
 class HostEval:
-    """Evaluate expressions reading the arrays of ``env`` (name -> ``ArrVal``)."""
+    """Evaluate expressions reading the arrays of ``env`` (name -> ``ArrVal``); with a
+    ``log`` list, every array shape and element read is appended to it (``("shape",
+    name)``, ``("index", name, offset, values)``) so a caller can tell when a result
+    may be reused."""
 
-    def __init__(self, env: dict):
+    def __init__(self, env: dict, log: list | None = None):
         self.env = env
         self.vars: dict = {}
+        self.log = log
 
     def __call__(self, e: N.Exp):
         return self.exp(e)
@@ -95,6 +99,8 @@ class HostEval:
         return r.astype(e.type.dtype).reshape(-1)[0]
 
     def e_Shape(self, e):
+        if self.log is not None:
+            self.log.append(("shape", e.array.name))
         return tuple(np.int64(s) for s in self.env[e.array.name].shape)
 
     def e_Index(self, e):
@@ -107,7 +113,10 @@ class HostEval:
         off = 0
         for i, s in zip(ix, av.shape):
             off = off * s + i
-        return _rebuild(e.array.type.elt, iter(b[off] for b in av.leaves))
+        vals = [b[off] for b in av.leaves]
+        if self.log is not None:
+            self.log.append(("index", e.array.name, off, tuple(vals)))
+        return _rebuild(e.array.type.elt, iter(vals))
 
     def e_Cond(self, e):
         return self.exp(e.t) if bool(self.exp(e.c)) else self.exp(e.e)

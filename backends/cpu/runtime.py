@@ -38,6 +38,7 @@ from .codegen import ERR_SIZE
 from .hosteval import HostEval
 
 
+_MAX_REPLAYS = 8  # argument shapes whose step plans a runner remembers
 _TAKEN = "$taken"  # env key of the call's list of allocated buffers (no variable's name)
 _MEMO = "$memo"  # env key of the call's values of host expressions
 
@@ -60,10 +61,12 @@ def _bound_in_loops(block: KBlock, inside: bool = False) -> set:
 class _Memo:
     """Host evaluation of a step's shapes, remembered for the rest of the call when they
     read only arrays that stay bound (the same shape expressions recur in many steps,
-    e.g. every step of a gradient over (points, K, D) arrays)."""
+    e.g. every step of a gradient over (points, K, D) arrays).  With a ``log``, the
+    host's reads behind every value are logged again when it is remembered (a step's
+    plan depends on them just as much)."""
 
-    def __init__(self, runner, env: dict):
-        self.runner, self.env, self.ev = runner, env, None
+    def __init__(self, runner, env: dict, log: list | None = None):
+        self.runner, self.env, self.ev, self.log = runner, env, None, log
 
     def __call__(self, e):
         known = self.runner._memoisable.get(id(e))
@@ -75,13 +78,18 @@ class _Memo:
             known = self.runner._memoisable[id(e)] = (e, key)  # (e keeps id(e) unique)
         key = known[1]
         memo = self.env[_MEMO]
+        log = self.log
         if key is not None and key in memo:
-            return memo[key]
+            v, reads = memo[key]
+            if log is not None:
+                log.extend(reads)  # what this step's value depends on, all the same
+            return v
         if self.ev is None:
-            self.ev = HostEval(self.env)
+            self.ev = HostEval(self.env, log)
+        start = len(log) if log is not None else 0
         v = self.ev(e)
         if key is not None:
-            memo[key] = v
+            memo[key] = (v, log[start:] if log is not None else ())
         return v
 
 
@@ -201,15 +209,15 @@ class BufferPool:
         self.bytes = 0  # free buffers
         self.lock = threading.Lock()
 
-    def take(self, size: int, dtype, taken: list) -> np.ndarray:
-        key = (np.dtype(dtype), size)
+    def take(self, size: int, dtype: np.dtype, taken: list) -> np.ndarray:
+        key = (dtype, size)
         with self.lock:
             bufs = self.free.get(key)
-            b = bufs.pop() if bufs else None
-            if b is not None:
+            if bufs:
+                b = bufs.pop()
                 self.bytes -= b.nbytes
             else:
-                b = self._returned(key)
+                b = self._returned(key) if self.lent else None
         if b is None:
             b = np.empty(size, dtype=dtype)
         taken.append(b)
@@ -265,6 +273,50 @@ def _pool_refs() -> int:
 _POOL_REFS = _pool_refs()
 
 
+def _dtypes(t) -> tuple:
+    """The dtypes of the flat buffers of an array of type ``t``."""
+    return tuple(s.dtype for s in leaves(t.elt))
+
+
+class _StepCall:
+    """A loop step with its host expressions evaluated: the buffers to allocate, the
+    ``shp`` array and the launches.  Replayed as is by later calls whose ``guards`` hold
+    (the arrays the host read have the same shapes and the elements it read the same
+    values), so that a call of a program on arguments of recurring shapes does no host
+    evaluation at all."""
+
+    __slots__ = ("plan", "shape", "outs", "work", "shp", "calls", "guards")
+
+    def __init__(self, plan, shape, outs, work, shp, calls, guards):
+        self.plan, self.shape, self.outs, self.work = plan, shape, outs, work
+        self.shp, self.calls, self.guards = shp, calls, guards
+
+
+def _guards(log: list, inputs: list, env: dict) -> list:
+    """``[(name, shape, [(offset, values)])]``: what a step's plan depends on.  ``log`` is
+    the host's reads (``HostEval``), ``inputs`` the arrays whose shapes are in ``shp``."""
+    by_name: dict = {}
+    for name in inputs:
+        by_name.setdefault(name, [])
+    for kind, name, *rest in log:
+        reads = by_name.setdefault(name, [])
+        if kind == "index":
+            reads.append(tuple(rest))
+    return [(name, env[name].shape, reads) for name, reads in by_name.items()]
+
+
+def _guards_hold(guards: list, env: dict) -> bool:
+    for name, shape, reads in guards:
+        v = env.get(name)
+        if v is None or v.shape != shape:
+            return False
+        for off, vals in reads:
+            for b, x in zip(v.leaves, vals):
+                if not b[off] == x:  # NaN never holds: the step is planned again
+                    return False
+    return True
+
+
 # --------------------------------------------------------------------------- runner
 
 
@@ -292,6 +344,8 @@ class Runner:
         self._loop_bound = _bound_in_loops(kp.body)  # names rebound by KAwhile iterations
         self._memoisable: dict = {}  # id(host expression) -> (expression, memo key or None)
         self._canonical: dict = {}  # host expression -> the first equal one seen
+        self._replays: dict = {}  # argument shapes -> (threads, [_StepCall or None])
+        self._planned = 0  # loop steps whose host expressions were evaluated
         self._collect_uses(kp.body)
 
     # ---- preparation
@@ -327,7 +381,7 @@ class Runner:
         env[_TAKEN] = taken
         env[_MEMO] = {}
         with np.errstate(all="ignore"):
-            self._block(self.kp.body, env)
+            self._top(env, tuple(env[p.name].shape for p in params))
         res = [env[r.name] for r in self.kp.body.result]
         self._calls += 1
         out = self._outputs(res, [env[p.name] for p in params])
@@ -356,41 +410,73 @@ class Runner:
 
     def _block(self, block: KBlock, env: dict) -> None:
         for s in block.steps:
-            if isinstance(s, KUse):
-                env[s.out.name] = self._uses[id(s)]
-            elif isinstance(s, KAcond):
-                c = HostEval(env)(s.c)
-                b = s.t if bool(c) else s.e
-                self._block(b, env)
-                vals = [env[r.name] for r in b.result]
-                for o, v in zip(s.outs, vals):
-                    env[o.name] = v
-            elif isinstance(s, KAwhile):
-                state = [env[a.name] for a in s.init]
-                while True:
-                    for p, v in zip(s.params, state):
-                        env[p.name] = v
-                    self._block(s.cond, env)
-                    cv = env[s.cond.result[0].name]
-                    if not bool(cv.leaves[0][0]):
-                        break
-                    self._block(s.body, env)
-                    state = [env[r.name] for r in s.body.result]
-                for o, v in zip(s.outs, state):
-                    env[o.name] = v
-            else:
-                self._loop(s, env)
+            self._step(s, env)
 
-    def _loop(self, s, env: dict) -> None:
+    def _step(self, s, env: dict) -> None:
+        if isinstance(s, KUse):
+            env[s.out.name] = self._uses[id(s)]
+        elif isinstance(s, KAcond):
+            c = HostEval(env)(s.c)
+            b = s.t if bool(c) else s.e
+            self._block(b, env)
+            vals = [env[r.name] for r in b.result]
+            for o, v in zip(s.outs, vals):
+                env[o.name] = v
+        elif isinstance(s, KAwhile):
+            state = [env[a.name] for a in s.init]
+            while True:
+                for p, v in zip(s.params, state):
+                    env[p.name] = v
+                self._block(s.cond, env)
+                cv = env[s.cond.result[0].name]
+                if not bool(cv.leaves[0][0]):
+                    break
+                self._block(s.body, env)
+                state = [env[r.name] for r in s.body.result]
+            for o, v in zip(s.outs, state):
+                env[o.name] = v
+        else:
+            self._run(s, self._plan(s, env), env)
+
+    def _top(self, env: dict, key: tuple) -> None:
+        """The program's body, replaying each step's plan from the last call with
+        arguments of these shapes when its guards hold (planning it afresh if not)."""
+        threads = numba.get_num_threads()
+        old = self._replays.get(key)
+        if old is not None and old[0] != threads:
+            old = None
+        fresh = old is None
+        plans: list = []
+        for i, s in enumerate(self.kp.body.steps):
+            if isinstance(s, (KUse, KAcond, KAwhile)):
+                self._step(s, env)
+                plans.append(None)
+                continue
+            sc = old[1][i] if old is not None else None
+            if sc is None or not _guards_hold(sc.guards, env):
+                sc = self._plan(s, env)
+                fresh = True
+            self._run(s, sc, env)
+            plans.append(sc)
+        if fresh:
+            if len(self._replays) >= _MAX_REPLAYS:
+                self._replays.pop(next(iter(self._replays)))
+            self._replays[key] = (threads, plans)
+
+    def _plan(self, s, env: dict) -> "_StepCall":
+        """Evaluate a loop step's host expressions and decide its launches."""
         plan = self.gen.plans[id(s)]
-        ev = _Memo(self, env)
+        self._planned += 1
+        log: list = []
+        ev = _Memo(self, env, log)
         vals: dict = {}
         phases = []  # (phase, ntask or None for a plain function, work elements)
+        work: list = []  # ("o", output leaf) | ("b", size, dtype) | ("f", size, dtype, value)
         if isinstance(s, KGenerate):
             shape = _shape_of(ev(s.shape), "generate")
             size = _size(shape)
-            outs = [self._alloc(env, o.type, shape, size) for o in s.outs]
-            work = [b for o in outs for b in o.leaves]
+            outs = [(shape, size, _dtypes(o.type)) for o in s.outs]
+            work = [("o", k) for k in range(sum(len(o[2]) for o in outs))]
             if len(shape) >= 2:
                 nrt = -(-shape[-2] // codegen.TILE_ROWS)
                 nct = -(-shape[-1] // codegen.TILE_COLS)
@@ -405,25 +491,30 @@ class Runner:
             if s.z is None and n == 0:
                 raise ShapeError(f"fold1: the innermost dimension is empty (shape "
                                  f"{shape + (0,)})")
-            chunk = n >= codegen.FOLD_CHUNK_MIN_N and size < codegen.FOLD_CHUNK_MAX_ROWS
+            chunk = (n >= max(codegen.FOLD_CHUNK_MIN_N, codegen.FOLD_CHUNKS)
+                     and size < codegen.FOLD_CHUNK_MAX_ROWS)
             nch = codegen.FOLD_CHUNKS if chunk else 1
             vals[("n",)], vals[("mode",)] = n, nch
-            outs = [self._alloc(env, s.out.type, shape, size)]
-            work = list(outs[0].leaves)
+            outs = [(shape, size, _dtypes(s.out.type))]
+            work = [("o", k) for k in range(sum(len(o[2]) for o in outs))]
             if nch == 1:  # each row folds straight into the output
                 work += work
             else:
-                work += [self._buf(env, size * nch, b.dtype) for b in outs[0].leaves]
+                work += [("b", size * nch, dt) for dt in _dtypes(s.out.type)]
             tile = 1
             if plan.outer and nch == 1 and n > 1:  # interchanged loops, tiles of rows
                 tasks = codegen.PAR_TASKS_PER_THREAD * numba.get_num_threads()
                 tile = max(8, min(codegen.FOLD_TILE, -(-size // tasks)))
                 phases.append(("o", -(-size // tile), size * n))
+            elif plan.outer and nch > 1:  # interchanged, a chunk of elements per task
+                phases += [("oc", nch, size * n), ("combc", None, 0)]
+            elif plan.blocked and nch == 1 and n > 1:  # (outer folds are blocked too)
+                phases.append(("b", size, size * n))
             else:
                 phases.append(("f", size * nch, size * n))
+                if nch > 1:
+                    phases.append(("comb", None, 0))
             vals[("tile",)] = tile
-            if nch > 1:
-                phases.append(("comb", None, 0))
         elif isinstance(s, KScan):
             shape = _shape_of(ev(s.shape), "scan")
             n = self._inner(ev(s.n), "scan")
@@ -432,12 +523,12 @@ class Runner:
             nch = codegen.SCAN_CHUNKS if (plan.chunked and n >= codegen.SCAN_CHUNK_MIN_N) \
                 else 1
             vals[("n",)], vals[("mode",)], vals[("kout",)] = n, nch, kout
-            outs = [self._alloc(env, s.out.type, shape + (kout,), size * kout)]
-            work = list(outs[0].leaves)
+            outs = [(shape + (kout,), size * kout, _dtypes(s.out.type))]
+            work = [("o", k) for k in range(sum(len(o[2]) for o in outs))]
             if plan.chunked:
                 k = size * nch if nch > 1 else 0
                 for _ in range(2):  # totals, carries
-                    work += [self._buf(env, k, b.dtype) for b in outs[0].leaves]
+                    work += [("b", k, dt) for dt in _dtypes(s.out.type)]
             if nch > 1:
                 phases += [("t", size * nch, size * n), ("carry", None, 0)]
             phases.append(("s", size * nch, size * n))
@@ -447,8 +538,8 @@ class Runner:
             size, ssize = _size(shape), _size(sshape)
             for d, x in enumerate(sshape):
                 vals[("src", d)] = x
-            outs = [self._alloc(env, s.out.type, shape, size)]
-            work = list(outs[0].leaves)
+            outs = [(shape, size, _dtypes(s.out.type))]
+            work = [("o", k) for k in range(sum(len(o[2]) for o in outs))]
             phases.append(("d", size, size))
             nch = 0
             if plan.fast is not None:
@@ -456,7 +547,8 @@ class Runner:
                 if (ssize >= codegen.PERMUTE_PAR_MIN_SRC and priv <= ssize
                         and priv <= codegen.PERMUTE_PAR_MAX_PRIV):
                     nch = codegen.PERMUTE_CHUNKS
-                    work.append(np.full(priv, _identity(plan.fast, work[0].dtype)))
+                    dt = _dtypes(s.out.type)[0]
+                    work.append(("f", priv, dt, _identity(plan.fast, dt)))
                     phases += [("p", ssize, -nch), ("m", size, size * nch)]
                 else:
                     work.append(work[0])  # scatter straight into the output
@@ -473,31 +565,51 @@ class Runner:
         shp = np.empty(len(plan.layout), dtype=np.int64)
         for i, key in enumerate(plan.layout):
             shp[i] = ins[key[1]].shape[key[2]] if key[0] == "in" else vals[key]
-        err = np.zeros(ERR_SIZE, dtype=np.int64)
-        args = work + [b for a in ins for b in a.leaves] + [shp, err]
+        calls = []  # (function name, leading arguments, launch counter)
         for phase, ntask, amount in phases:
-            name = f"{plan.fn}_{phase}"
             if ntask is None:
-                self._call(name, args)
-                self._counts[phase] += 1
+                calls.append((f"{plan.fn}_{phase}", (), phase))
             elif ntask == 0:
                 continue
             elif amount < 0:  # a fixed number of chunks (the private-buffer scatter)
-                self._call(plan.fn + "_par", [plan.parallel.index(phase), ntask, -amount]
-                           + args)
-                self._counts[f"{phase}_parallel"] += 1
+                calls.append((plan.fn + "_par", (plan.parallel.index(phase), ntask, -amount),
+                              f"{phase}_parallel"))
             elif (ntask >= 2 and amount * plan.weight >= codegen.PAR_MIN_WORK
                   and phase in plan.parallel):
                 nch = min(ntask, codegen.PAR_TASKS_PER_THREAD * numba.get_num_threads())
-                self._call(plan.fn + "_par", [plan.parallel.index(phase), ntask, nch] + args)
-                self._counts[f"{phase}_parallel"] += 1
+                calls.append((plan.fn + "_par", (plan.parallel.index(phase), ntask, nch),
+                              f"{phase}_parallel"))
             else:
-                self._call(name, [0, ntask, 0] + args)
-                self._counts[f"{phase}_serial"] += 1
+                calls.append((f"{plan.fn}_{phase}", (0, ntask, 0), f"{phase}_serial"))
+        guards = _guards(log, [a.name for a in plan.inputs], env)
+        return _StepCall(plan, shape, outs, work, shp, calls, guards)
+
+    def _run(self, s, sc: "_StepCall", env: dict) -> None:
+        """Allocate a planned step's buffers and launch its kernels."""
+        taken = env[_TAKEN]
+        take = self._pool.take
+        outs = [ArrVal(shape, [take(size, dt, taken) for dt in dts])
+                for shape, size, dts in sc.outs]
+        leaves_ = [b for o in outs for b in o.leaves]
+        work = []
+        for w in sc.work:
+            if w[0] == "o":
+                work.append(leaves_[w[1]])
+            elif w[0] == "b":
+                work.append(take(w[1], w[2], taken))
+            else:
+                work.append(np.full(w[1], w[3], dtype=w[2]))
+        plan = sc.plan
+        err = np.zeros(ERR_SIZE, dtype=np.int64)
+        args = work + [b for a in plan.inputs for b in env[a.name].leaves] + [sc.shp, err]
+        counts = self._counts
+        for name, lead, counter in sc.calls:
+            self._call(name, [*lead, *args])
+            counts[counter] += 1
         if err[0] != 0:
             site = plan.sites[int(err[0]) - 1]
             ix = tuple(int(i) for i in err[1:1 + site.rank])
-            tshape = env[site.avar.name].shape if site.avar is not None else shape
+            tshape = env[site.avar.name].shape if site.avar is not None else sc.shape
             raise OutOfBoundsError(f"{site.what}: index {_shown(ix)} is out of bounds for "
                                    f"shape {tshape}")
         for o, v in zip(step_outs(s), outs):
@@ -509,12 +621,6 @@ class Runner:
         if n < 0:
             raise ShapeError(f"{op}: negative inner length {n}")
         return n
-
-    def _buf(self, env: dict, size: int, dtype) -> np.ndarray:
-        return self._pool.take(size, dtype, env[_TAKEN])
-
-    def _alloc(self, env: dict, t, shape: tuple, size: int) -> ArrVal:
-        return ArrVal(shape, [self._buf(env, size, s.dtype) for s in leaves(t.elt)])
 
     def _call(self, name: str, args: list) -> None:
         fn = getattr(self.module, name)
@@ -582,5 +688,6 @@ class Runner:
             "compiled_functions": len(self._compiled),
             "module": getattr(self.module, "__file__", None),
             "launches": dict(self._counts),  # e.g. {"g_parallel": 2, "p_serial": 1}
+            "planned_steps": self._planned,  # loop steps planned, not replayed
             "check_bounds": self.check_bounds,
         }
