@@ -6,16 +6,16 @@ functions named ``k<i>_<phase>``:
 * *range functions* ``k<i>_<phase>(lo, hi, c, *bufs, shp, err)``: serial
   ``@numba.njit(error_model="numpy", fastmath=False, cache=True)`` loops over the tasks
   ``[lo, hi)`` of one phase (elements, tiles, (row, chunk) pairs, source chunks ...);
-* one *driver* ``k<i>_par(which, ntask, nch, *bufs, shp, err)``,
+* a *driver* ``k<i>_par_<phase>(ntask, nch, *bufs, shp, err)`` per parallel phase,
   ``@numba.njit(parallel=True, ...)``, whose ``prange`` over ``nch`` chunks of the
-  tasks calls the range function of parallel phase number ``which`` (``c`` is the
-  chunk number);
+  tasks calls the phase's range function (``c`` is the chunk number); numba compiles
+  a function when it is first called, so phases a run never uses cost nothing;
 * serial helpers without a range (``k<i>_comb``: combining fold partials, ...).
 
 Numba's parfor passes cost time superlinear in the size of a ``prange`` body, so the
 bodies live in the serial range functions (compiled by the plain pipeline, and called
 once per chunk, so nothing is lost at run time) and the drivers stay tiny (still about
-0.5 s each: one per step).  The host calls a range function directly when a phase is
+0.5 s each: usually one per step).  The host calls a range function directly when a phase is
 too small to be worth a parallel launch, so small programs never compile a driver.
 
 ``bufs`` are, in order: the step's work buffers (outputs, then partials/carries/private
@@ -189,7 +189,7 @@ class KernelPlan:
     sites: list  # Site per 1-based id recorded in err[0]
     fast: str | None = None  # the permute's recognised combination
     chunked: bool = False  # the scan has the chunked three-phase path
-    parallel: list = field(default_factory=list)  # phases of the driver, by ``which``
+    parallel: list = field(default_factory=list)  # phases with a parallel driver
     weight: int = 1  # rough cost of one element (scales the work of a phase)
     outer: bool = False  # the fold has the interchanged phase ``o`` (see ``gen_fold``)
     blocked: bool = False  # the fold has the phase ``b`` of blocks of rows
@@ -243,14 +243,11 @@ class KernelGen:
             head = "lo, hi, c, " if self.kinds[phase] == "range" else ""
             body = _fill_empty_blocks(pro + lines)
             out.append("\n".join([SERIAL, f"def {base}_{phase}({head}{args}):"] + body))
-        if self.parallel:  # one driver for every parallel phase: one parallel compilation
-            lines = [PARALLEL, f"def {base}_par(which, ntask, nch, {args}):"]
-            for w, phase in enumerate(self.parallel):
-                lines += [f"    {'if' if w == 0 else 'elif'} which == {w}:",
-                          "        for c in prange(nch):",
-                          f"            {base}_{phase}(c * ntask // nch, (c + 1) * ntask // nch, "
-                          f"c, {args})"]
-            out.append("\n".join(lines))
+        for phase in self.parallel:  # a driver per phase: only phases run are compiled
+            out.append("\n".join([
+                PARALLEL, f"def {base}_par_{phase}(ntask, nch, {args}):",
+                "    for c in prange(nch):",
+                f"        {base}_{phase}(c * ntask // nch, (c + 1) * ntask // nch, c, {args})"]))
         return [t + "\n" for t in out]
 
     # ---- emission helpers
@@ -871,7 +868,8 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
                 ix: list, jlo: str | None, jhi: str) -> None:
     """Fold rows ``first .. end-1`` (multi-index variables ``ix`` of row ``first``, which
     this advances) over ``j`` in ``jlo .. jhi-1``, ``FOLD_BLOCK`` adjacent rows at a time
-    with their accumulators in variables.  ``jlo`` None: whole rows, from the seed (or
+    with their accumulators in variables (then pairs, then single rows, at the end of
+    a segment: D = 10 is a block and a pair).  ``jlo`` None: whole rows, from the seed (or
     element 0); else the accumulators continue from the rows' values in the output."""
     elt = s.out.type.elt
     ts = leaves(elt)
@@ -880,9 +878,11 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
     g.emit(f"{r} = {first}")
     g.emit(f"while {r} < {end}:")
     g.ind += 1
-    for width in (FOLD_BLOCK, 1):
-        if width > 1:
+    for width in (FOLD_BLOCK, 2, 1):
+        if width == FOLD_BLOCK:
             g.emit(f"if {end} - {r} >= {width} and {dims[-1]} - {last} >= {width}:")
+        elif width > 1:
+            g.emit(f"elif {end} - {r} >= {width} and {dims[-1]} - {last} >= {width}:")
         else:
             g.emit("else:")
         g.ind += 1

@@ -572,13 +572,11 @@ class Runner:
             elif ntask == 0:
                 continue
             elif amount < 0:  # a fixed number of chunks (the private-buffer scatter)
-                calls.append((plan.fn + "_par", (plan.parallel.index(phase), ntask, -amount),
-                              f"{phase}_parallel"))
+                calls.append((f"{plan.fn}_par_{phase}", (ntask, -amount), f"{phase}_parallel"))
             elif (ntask >= 2 and amount * plan.weight >= codegen.PAR_MIN_WORK
                   and phase in plan.parallel):
                 nch = min(ntask, codegen.PAR_TASKS_PER_THREAD * numba.get_num_threads())
-                calls.append((plan.fn + "_par", (plan.parallel.index(phase), ntask, nch),
-                              f"{phase}_parallel"))
+                calls.append((f"{plan.fn}_par_{phase}", (ntask, nch), f"{phase}_parallel"))
             else:
                 calls.append((f"{plan.fn}_{phase}", (0, ntask, 0), f"{phase}_serial"))
         guards = _guards(log, [a.name for a in plan.inputs], env)
