@@ -61,6 +61,7 @@ FOLD_TILE = 256  # most rows per task of an interchanged fold (accumulators stay
 FOLD_BLOCK = 8  # rows folded together by phase ``b`` (independent accumulator chains)
 FOLD_BLOCK_MAX_OPS = 48  # ... for element functions of at most this many operations
 FOLD_J_CHUNK = 64  # elements folded into a tile of an interchanged fold at a time
+FOLD_SEGMENT_MIN = 24  # ... as vectorised segments from this last dimension, else in blocks
 SCAN_CHUNKS = 64  # chunks of a long single-row scan (three phases)
 SCAN_CHUNK_MIN_N = 16384
 PERMUTE_CHUNKS = 16  # private buffers of the parallel scatter
@@ -964,9 +965,45 @@ def _fold_interchanged(g: KernelGen, s: KFold, dims: list, outs: list, m: str, n
     g.ind -= 1
     g.loop(jc, f"range({0 if s.z is not None else 1}, {n}, {FOLD_J_CHUNK})")
     g.emit(f"{je} = min({jc} + {FOLD_J_CHUNK}, {n})")
+    g.emit(f"if {dims[-1]} >= {FOLD_SEGMENT_MIN}:")
+    g.ind += 1
+    _segments(g, s, dims, outs, r0, r1, bix, jc, je)
+    g.ind -= 1
+    g.emit("else:")
+    g.ind += 1
     for v, b in zip(ix, bix):
         g.emit(f"{v} = {b}")
     _row_blocks(g, s, dims, outs, r0, r1, ix, jc, je)
+    g.ind -= 3
+
+
+def _segments(g: KernelGen, s: KFold, dims: list, outs: list, r0: str, r1: str, bix: list,
+              jlo: str, jhi: str) -> None:
+    """For each ``j`` in ``jlo .. jhi-1``, combine element ``j`` into the rows
+    ``r0 .. r1-1`` (multi-index ``bix`` of ``r0``) in the output, segment by segment of
+    the last dimension: plain counted loops with affine indices that LLVM vectorises (the
+    accumulators are in memory; for long segments this beats ``_row_blocks``'s scalar
+    accumulators)."""
+    elt = s.out.type.elt
+    j, r, c, c0, cnt, rs = (g.fresh(x) for x in ("j", "r", "c", "c", "cnt", "rs"))
+    pre = [g.fresh("i") for _ in dims[:-1]]
+    ix = pre + [c]
+    g.loop(j, f"range({jlo}, {jhi})")
+    for v, b in zip(pre, bix):
+        g.emit(f"{v} = {b}")
+    g.emit(f"{c0} = {bix[-1]}")
+    g.emit(f"{rs} = {r0}")
+    g.emit(f"while {rs} < {r1}:")
+    g.ind += 1
+    g.emit(f"{cnt} = min({r1} - {rs}, {dims[-1]} - {c0})")
+    g.loop(c, f"range({c0}, {c0} + {cnt})")
+    g.emit(f"{r} = {rs} + ({c} - {c0})")
+    cur = rebuild(elt, iter(at(o, r) for o in outs))
+    g.store(outs, r, g.apply(s.f, (cur, g.apply(s.src, (tuple(ix + [j]),)))))
+    g.ind -= 1
+    g.emit(f"{rs} += {cnt}")
+    g.emit(f"{c0} = 0")
+    _increment(g, pre, dims[:-1])
     g.ind -= 2
 
 
