@@ -57,6 +57,8 @@ from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPe
 FOLD_CHUNKS = 64  # chunks of a long fold (two-level reduction)
 FOLD_CHUNK_MIN_N = 4096  # inner length from which a fold with few rows is chunked
 FOLD_CHUNK_MAX_ROWS = 64  # ... "few rows"
+FOLD_OUTER_CHUNK_MAX_ROWS = 8192  # ... for interchanged folds (tiles would each read the
+#                                   whole source; chunks of elements read it once)
 FOLD_TILE = 256  # most rows per task of an interchanged fold (accumulators stay in cache)
 FOLD_BLOCK = 8  # rows folded together by phase ``b`` (independent accumulator chains)
 FOLD_BLOCK_MAX_OPS = 48  # ... for element functions of at most this many operations
@@ -1009,8 +1011,9 @@ def _segments(g: KernelGen, s: KFold, dims: list, outs: list, r0: str, r1: str, 
 
 def _fold_interchanged_chunked(g: KernelGen, s: KFold, dims: list, outs: list, parts: list,
                                m: str, n: str, nch: str):
-    """Phases ``oc`` and ``combc``: the interchanged fold of few, long rows (a sum over
-    all points into a (K, D) array).  Task ``c`` folds chunk ``c`` of the folded
+    """Phases ``oc`` and ``combc``: the interchanged fold of long rows, up to
+    ``FOLD_OUTER_CHUNK_MAX_ROWS`` of them (a sum over all points into a (K, D) or
+    (K, D, D) array).  Task ``c`` folds chunk ``c`` of the folded
     dimension into partials ``p[c * m + row]`` for every row (in blocks of rows, so
     its part of the source is read from memory once), then ``combc`` combines each row's
     partials in chunk order, as phase ``comb`` does for row-by-row chunks (every chunk

@@ -491,8 +491,9 @@ class Runner:
             if s.z is None and n == 0:
                 raise ShapeError(f"fold1: the innermost dimension is empty (shape "
                                  f"{shape + (0,)})")
-            chunk = (n >= max(codegen.FOLD_CHUNK_MIN_N, codegen.FOLD_CHUNKS)
-                     and size < codegen.FOLD_CHUNK_MAX_ROWS)
+            rows = codegen.FOLD_OUTER_CHUNK_MAX_ROWS if plan.outer else \
+                codegen.FOLD_CHUNK_MAX_ROWS
+            chunk = n >= max(codegen.FOLD_CHUNK_MIN_N, codegen.FOLD_CHUNKS) and size < rows
             nch = codegen.FOLD_CHUNKS if chunk else 1
             vals[("n",)], vals[("mode",)] = n, nch
             outs = [(shape, size, _dtypes(s.out.type))]
