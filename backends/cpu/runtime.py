@@ -41,6 +41,7 @@ from .hosteval import HostEval
 _MAX_REPLAYS = 8  # argument shapes whose step plans a runner remembers
 _TAKEN = "$taken"  # env key of the call's list of allocated buffers (no variable's name)
 _MEMO = "$memo"  # env key of the call's values of host expressions
+_ERR = "$err"  # env key of the call's ``err`` array (kernels' bounds-check failures)
 
 
 def _bound_in_loops(block: KBlock, inside: bool = False) -> set:
@@ -335,6 +336,7 @@ class Runner:
         self._load_seconds = t2 - t1
         self._compile_seconds = 0.0
         self._compiled: set = set()  # function names this runner has made ready
+        self._ready: dict = {}  # ... and their dispatchers
         self._cache_hits = 0
         self._lock = threading.Lock()
         self._uses: dict = {}
@@ -380,6 +382,7 @@ class Runner:
         taken: list = []  # buffers allocated by this call
         env[_TAKEN] = taken
         env[_MEMO] = {}
+        env[_ERR] = np.zeros(ERR_SIZE, dtype=np.int64)
         with np.errstate(all="ignore"):
             self._top(env, tuple(env[p.name].shape for p in params))
         res = [env[r.name] for r in self.kp.body.result]
@@ -599,11 +602,16 @@ class Runner:
             else:
                 work.append(np.full(w[1], w[3], dtype=w[2]))
         plan = sc.plan
-        err = np.zeros(ERR_SIZE, dtype=np.int64)
+        err = env[_ERR]  # (zero: a failure raises at once)
         args = work + [b for a in plan.inputs for b in env[a.name].leaves] + [sc.shp, err]
         counts = self._counts
+        ready = self._ready
         for name, lead, counter in sc.calls:
-            self._call(name, [*lead, *args])
+            fn = ready.get(name)
+            if fn is None:
+                self._call(name, [*lead, *args])
+            else:
+                fn(*lead, *args)
             counts[counter] += 1
         if err[0] != 0:
             site = plan.sites[int(err[0]) - 1]
@@ -633,6 +641,7 @@ class Runner:
                     self._compile_seconds += time.perf_counter() - t0
                     self._cache_hits += sum(fn.stats.cache_hits.values()) - hits
                 self._compiled.add(name)
+                self._ready[name] = fn
         fn(*args)
 
     def _compile(self, name: str, fn, sig) -> None:
