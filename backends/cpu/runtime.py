@@ -1,16 +1,19 @@
 """Host orchestration of a compiled kernel program.
 
-The host walks the kernel program's blocks in Python: it evaluates shapes and
-conditions (``hosteval``), allocates every output, calls the generated numba
-kernel of each loop step with flat buffers and an int64 ``shp`` array of sizes,
-raises ``OutOfBoundsError`` when a kernel's bounds check recorded a failure, and runs
-``KAcond``/``KAwhile`` control flow.  Arrays are immutable once built, so arrays are
-shared freely between steps; results that would alias an input, a ``KUse`` constant
-or another result are copied on the way out.  Buffers are recycled (``BufferPool``):
-intermediates by the next call, results once the caller has dropped them.  Fresh large
-allocations are fresh pages, and faulting them in cost more than the loops that fill
-them (BA's Jacobian: 12 ms against 1.4 ms for a 1M-element step).  The price: a runner
-keeps up to ``BufferPool.max_bytes`` of idle buffers until it is garbage collected.
+The host walks the kernel program's blocks in Python: it evaluates shapes and conditions
+(``hosteval``), allocates every output, calls the generated numba kernel of each loop
+step with flat buffers and an int64 ``shp`` array of sizes, raises ``OutOfBoundsError``
+when a kernel's bounds check recorded a failure, and runs ``KAcond``/``KAwhile`` control
+flow. That walk costs tens of microseconds a step, as much as the kernels of a small
+gradient, so each top-level step's plan (``_StepCall``) is replayed by the next call
+with arguments of the same shapes when what the host read to make it (array shapes, a
+few elements) is unchanged. Arrays are immutable once built, so arrays are shared freely
+between steps; results that would alias an input, a ``KUse`` constant or another result
+are copied on the way out. Buffers are recycled (``BufferPool``): intermediates by the
+next call, results once the caller has dropped them. Fresh large allocations are fresh
+pages, and faulting them in cost more than the loops that fill them (BA's Jacobian: 12
+ms against 1.4 ms for a 1M-element step). The price: a runner keeps up to
+``BufferPool.max_bytes`` of idle buffers until it is garbage collected.
 """
 
 from __future__ import annotations
