@@ -839,6 +839,30 @@ def test_intermediate_buffers_are_recycled_but_results_never():
     assert not np.shares_memory(outs[0], outs[1])
 
 
+def test_compiled_program_with_sizes_read_from_an_argument_replays_correctly():
+    """As GMM's point count: a size read from an argument's element.  Calls with the
+    same argument shapes replay the plans unless that element changed."""
+    import accel as A
+
+    def f(x, c):
+        n = A.to_int(c[0])
+        ys = A.generate((n, x.shape[0]), lambda ix: x[ix[1]] * A.to_float(ix[0]))
+        return A.sum(ys), A.sum(A.transpose(ys))
+
+    prog = A.compile(f, backend="cpu")
+    x = np.linspace(1.0, 2.0, 7)
+    for n in (3, 3, 5, 5, 0, 3):
+        c = np.array([float(n), 0.0])
+        got, want = prog(x, c), A.run(f, x, c, backend="interpreter")
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-13)
+        assert got[0].shape == (n,)
+    (runner,) = [r for _, r in prog._cache.values()]
+    before = runner.stats()["planned_steps"]
+    prog(x + 1.0, np.array([3.0, 1.0]))  # new values, same sizes: nothing planned
+    assert runner.stats()["planned_steps"] == before
+
+
 def test_host_shapes_remembered_within_a_call_but_not_across_loop_iterations():
     """Shapes are evaluated once per call for arrays that stay bound, but a loop whose
     state grows re-evaluates the shapes of its iterations (and calls see new inputs)."""
