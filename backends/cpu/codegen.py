@@ -59,7 +59,7 @@ FOLD_CHUNK_MIN_N = 4096  # inner length from which a fold with few rows is chunk
 FOLD_CHUNK_MAX_ROWS = 64  # ... "few rows"
 FOLD_OUTER_CHUNK_MAX_ROWS = 8192  # ... for interchanged folds (tiles would each read the
 #                                   whole source; chunks of elements read it once)
-FOLD_TILE = 256  # most rows per task of an interchanged fold (accumulators stay in cache)
+FOLD_TILE = 1024  # most rows per task of an interchanged fold (accumulators stay in cache)
 FOLD_BLOCK = 8  # rows folded together by phase ``b`` (independent accumulator chains)
 FOLD_BLOCK_MAX_OPS = 48  # ... for element functions of at most this many operations
 FOLD_J_CHUNK = 64  # elements folded into a tile of an interchanged fold at a time
@@ -1047,10 +1047,16 @@ def _fold_interchanged_chunked(g: KernelGen, s: KFold, dims: list, outs: list, p
         g.emit(f"{st} = {jlo} if {c} == 0 else {jlo} + 1")
     else:
         g.emit(f"{st} = {jlo} + 1")
+    g.emit(f"if {dims[-1]} >= {FOLD_SEGMENT_MIN}:")
+    g.ind += 1
+    _segments(g, s, dims, parts, base, f"{base} + {m}", ["0"] * len(dims), st, jhi)
+    g.ind -= 1
+    g.emit("else:")
+    g.ind += 1
     for v in ix:
         g.emit(f"{v} = 0")
     _row_blocks(g, s, dims, parts, base, f"{base} + {m}", ix, st, jhi)
-    g.ind -= 1
+    g.ind -= 2
     g.begin("combc", ranged=False)
     acc = [g.fresh("acc") for _ in ts]
     g.loop(r, f"range({m})")
