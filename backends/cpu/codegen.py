@@ -944,10 +944,12 @@ def _fold_interchanged(g: KernelGen, s: KFold, dims: list, outs: list, m: str, n
     along the rows rather than along the folded dimension (AD's folds over replicated
     dimensions: sums over points of per-point contributions).  A task is a tile of
     ``tile`` rows (at most ``FOLD_TILE``; fewer when that gives every thread work),
-    initialised in the output and then folded over ``FOLD_J_CHUNK`` elements at a time in
-    blocks of rows (``_row_blocks``): the chunk's part of the source stays in cache while
-    every block of the tile goes over it.  Each row still combines its elements in order
-    ``0 .. n-1``, so the result is exactly the row-by-row fold's."""
+    initialised in the output and then folded over ``FOLD_J_CHUNK`` elements at a time:
+    the chunk's part of the source stays in cache while the tile's rows go over it, as
+    vectorised segments of the last dimension (``_segments``) when that is at least
+    ``FOLD_SEGMENT_MIN`` long, else in blocks of rows (``_row_blocks``).  Each row still
+    combines its elements in order ``0 .. n-1``, so the result is exactly the row-by-row
+    fold's."""
     g.begin("o")
     t, r0, r1, r, jc, je = (g.fresh(x) for x in ("t", "r", "r", "r", "jc", "je"))
     tile = g.slot(("tile",))
@@ -1013,11 +1015,11 @@ def _fold_interchanged_chunked(g: KernelGen, s: KFold, dims: list, outs: list, p
                                m: str, n: str, nch: str):
     """Phases ``oc`` and ``combc``: the interchanged fold of long rows, up to
     ``FOLD_OUTER_CHUNK_MAX_ROWS`` of them (a sum over all points into a (K, D) or
-    (K, D, D) array).  Task ``c`` folds chunk ``c`` of the folded
-    dimension into partials ``p[c * m + row]`` for every row (in blocks of rows, so
-    its part of the source is read from memory once), then ``combc`` combines each row's
-    partials in chunk order, as phase ``comb`` does for row-by-row chunks (every chunk
-    has elements: the host chunks only folds with ``n >= FOLD_CHUNKS``)."""
+    (K, D, D) array).  Task ``c`` folds chunk ``c`` of the folded dimension into
+    partials ``p[c * m + row]`` for every row (as segments or blocks of rows, like phase
+    ``o``; its part of the source is read from memory once), then ``combc`` combines each
+    row's partials in chunk order, as phase ``comb`` does for row-by-row chunks (every
+    chunk has elements: the host chunks only folds with ``n >= FOLD_CHUNKS``)."""
     elt = s.out.type.elt
     ts = leaves(elt)
     g.begin("oc")
