@@ -8,25 +8,28 @@ program with host orchestration in Python (``runtime``: shapes and conditions vi
 time) and returns NumPy values like ``backends.interpreter.evaluate``.
 ``runner.stats()`` reports ``kernels`` (parallel loops, ``count_loops``),
 ``compile_seconds`` (numba compilation or disk-cache loading done by this runner),
-``numba_cache_hits``, ``launches`` (which phases ran serially / in parallel) and more;
+``numba_cache_hits``, ``launches`` (which phases ran serially / in parallel),
+``planned_steps`` (loop steps whose host plan was made rather than replayed) and more;
 ``runner.show()`` and ``runner.source()`` give the kernel program and the module.
 
 Design in brief (details in the modules' docstrings):
 
 * Each loop step becomes serial ``njit`` *range functions* (the loop body over a range
-  of tasks) plus one small ``parallel=True`` driver whose ``prange`` over chunks calls
+  of tasks) plus small ``parallel=True`` drivers whose ``prange`` over chunks calls
   them; numba's parfor passes are superlinear in the size of a ``prange`` body, so this
   cuts compile times several-fold at no run-time cost.  Phases with little work call
-  the range function directly (no launch; the driver is compiled only when needed).
+  the range function directly (no launch; a driver is compiled only when needed).
 * Arrays are flat C-contiguous buffers, one per scalar leaf (struct of arrays), plus
   an int64 array of sizes.  Tuples are scalarised; ``Cond`` evaluates only the taken
   branch; ``While`` is a loop over scalarised state.  ``error_model="numpy"``,
   ``fastmath=False``; primitives follow ``accel.ast.prims`` exactly (floored integer
   ``//``/``%`` with 0 for a zero divisor, NumPy's float floor division and remainder,
   integer powers with negative exponents, truncating conversions with nan -> 0).
-* Folds: parallel over rows; few long rows are cut into 64 chunks (a fixed number, so
-  results do not depend on the thread count) folded in parallel and combined in chunk
-  order; only associativity is assumed.  Scans: parallel over rows; a single long row
+* Folds: parallel over rows, 8 adjacent rows at a time (independent accumulators);
+  folds whose source is laid out along the rows (sums over points) interchange their
+  loops; few long rows are cut into 64 chunks (a fixed number, so results do not depend
+  on the thread count) folded in parallel and combined in chunk order; only
+  associativity is assumed.  Scans: parallel over rows; a single long row
   is scanned in three phases (chunk totals, carries, rescans).  Permute: defaults in
   parallel, then a serial scatter, or for ``+``/``*``/``max``/``min`` on numbers and a
   large source, 16 private buffers (chunks of the source in parallel) merged in order.
