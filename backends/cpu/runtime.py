@@ -465,8 +465,8 @@ class Runner:
             self._run(s, sc, env)
             plans.append(sc)
         if fresh:
-            if len(self._replays) >= _MAX_REPLAYS:
-                self._replays.pop(next(iter(self._replays)))
+            if key not in self._replays and len(self._replays) >= _MAX_REPLAYS:
+                self._replays.pop(next(iter(self._replays)))  # the oldest shapes
             self._replays[key] = (threads, plans)
 
     def _plan(self, s, env: dict) -> "_StepCall":
