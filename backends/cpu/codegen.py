@@ -796,7 +796,10 @@ def gen_fold(s: KFold, check: bool):
     """Phase ``f`` over (row, chunk) tasks, ``mode`` chunks per row: each task folds its
     chunk into ``p`` (chunk 0 from z, the others from their first element; with one
     chunk per row the host passes the output as ``p``).  ``comb`` then combines the
-    partials of each row sequentially in chunk order (only associativity is assumed)."""
+    partials of each row sequentially in chunk order (only associativity is assumed).
+    Folds with small element functions also get either phase ``b`` (rows in blocks) or,
+    when their source is laid out along the rows (``_outer_major``), the interchanged
+    phases ``o`` and ``oc``/``combc``; the host picks a phase per run from the sizes."""
     g = KernelGen(check)
     elt = s.out.type.elt
     ts = leaves(elt)
