@@ -835,7 +835,8 @@ def gen_fold(s: KFold, check: bool):
     g.store(parts, tk, tuple(acc))
     # rows in blocks (each block's element functions emitted FOLD_BLOCK times: only
     # for small ones), by rows or interchanged (see _outer_major)
-    blocked = rank > 0 and _ops(s.src, s.f) <= FOLD_BLOCK_MAX_OPS and len(ts) <= 4
+    ops, loops = _ops(s.src, s.f)
+    blocked = rank > 0 and ops + loops <= FOLD_BLOCK_MAX_OPS and len(ts) <= 4
     outer = blocked and _outer_major(s)
     if outer:
         _fold_interchanged(g, s, dims, outs, m, n)
@@ -928,18 +929,21 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
     g.ind -= 2
 
 
-def _ops(*lams) -> int:
-    """The number of primitive applications and reads in ``lams``."""
-    ops, seen, stack = 0, set(), list(lams)
+def _ops(*exprs) -> tuple:
+    """(number of primitive applications and reads, number of ``While`` loops) in
+    ``exprs``, shared subexpressions counted once."""
+    ops, loops, seen, stack = 0, 0, set(), list(exprs)
     while stack:
         e = stack.pop()
         if id(e) in seen:
             continue
         seen.add(id(e))
-        if isinstance(e, (N.PrimApp, N.Index, N.While)):
+        if isinstance(e, N.While):
+            loops += 1
+        elif isinstance(e, (N.PrimApp, N.Index)):
             ops += 1
         stack.extend(children(e))
-    return ops
+    return ops, loops
 
 
 def _fold_interchanged(g: KernelGen, s: KFold, dims: list, outs: list, m: str, n: str):
@@ -972,16 +976,26 @@ def _fold_interchanged(g: KernelGen, s: KFold, dims: list, outs: list, m: str, n
     g.ind -= 1
     g.loop(jc, f"range({0 if s.z is not None else 1}, {n}, {FOLD_J_CHUNK})")
     g.emit(f"{je} = min({jc} + {FOLD_J_CHUNK}, {n})")
+    _fold_tile(g, s, dims, outs, r0, r1, bix, ix, jc, je)
+    g.ind -= 2
+
+
+def _fold_tile(g: KernelGen, s: KFold, dims: list, outs: list, r0: str, r1: str, bix: list,
+               ix: list, jlo: str, jhi: str) -> None:
+    """Fold elements ``jlo .. jhi-1`` into the rows ``r0 .. r1-1`` of ``outs`` (row
+    ``r0``'s multi-index: the atoms ``bix``; ``ix``: variables for ``_row_blocks``) as
+    vectorised segments when the last dimension is at least ``FOLD_SEGMENT_MIN`` long,
+    else in blocks of rows (measured both ways: d = 10 and d = 32 favour opposite ones)."""
     g.emit(f"if {dims[-1]} >= {FOLD_SEGMENT_MIN}:")
     g.ind += 1
-    _segments(g, s, dims, outs, r0, r1, bix, jc, je)
+    _segments(g, s, dims, outs, r0, r1, bix, jlo, jhi)
     g.ind -= 1
     g.emit("else:")
     g.ind += 1
     for v, b in zip(ix, bix):
         g.emit(f"{v} = {b}")
-    _row_blocks(g, s, dims, outs, r0, r1, ix, jc, je)
-    g.ind -= 3
+    _row_blocks(g, s, dims, outs, r0, r1, ix, jlo, jhi)
+    g.ind -= 1
 
 
 def _segments(g: KernelGen, s: KFold, dims: list, outs: list, r0: str, r1: str, bix: list,
@@ -1052,16 +1066,8 @@ def _fold_interchanged_chunked(g: KernelGen, s: KFold, dims: list, outs: list, p
         g.emit(f"{st} = {jlo} if {c} == 0 else {jlo} + 1")
     else:
         g.emit(f"{st} = {jlo} + 1")
-    g.emit(f"if {dims[-1]} >= {FOLD_SEGMENT_MIN}:")
-    g.ind += 1
-    _segments(g, s, dims, parts, base, f"{base} + {m}", ["0"] * len(dims), st, jhi)
+    _fold_tile(g, s, dims, parts, base, f"{base} + {m}", ["0"] * len(dims), ix, st, jhi)
     g.ind -= 1
-    g.emit("else:")
-    g.ind += 1
-    for v in ix:
-        g.emit(f"{v} = 0")
-    _row_blocks(g, s, dims, parts, base, f"{base} + {m}", ix, st, jhi)
-    g.ind -= 2
     g.begin("combc", ranged=False)
     acc = [g.fresh("acc") for _ in ts]
     g.loop(r, f"range({m})")
@@ -1308,19 +1314,8 @@ def step_weight(s) -> int:
     """A rough per-element cost of a loop step: 1 for a few operations, more for long
     element functions, and large if they loop (``While``), so that a few expensive
     elements still run in parallel."""
-    ops, loops, seen = 0, False, set()
-    stack = [getattr(s, f) for f in ("f", "src", "target", "value", "comb", "defaults")
-             if getattr(s, f, None) is not None]
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, N.While):
-            loops = True
-        elif isinstance(e, (N.PrimApp, N.Index)):
-            ops += 1
-        stack.extend(children(e))
+    ops, loops = _ops(*(getattr(s, f) for f in ("f", "src", "target", "value", "comb",
+                                                "defaults") if getattr(s, f, None) is not None))
     return PAR_MIN_WORK if loops else max(1, ops // 8)
 
 

@@ -321,6 +321,30 @@ def _guards_hold(guards: list, env: dict) -> bool:
     return True
 
 
+def run_control(s, env: dict, block) -> None:
+    """Run a ``KAcond`` or ``KAwhile`` step, its blocks by ``block(b, env)`` (the cpu and
+    cuda hosts share this walk; the loop condition is one element, read back from the
+    device on a GPU)."""
+    if isinstance(s, KAcond):
+        b = s.t if bool(HostEval(env)(s.c)) else s.e
+        block(b, env)
+        vals = [env[r.name] for r in b.result]
+        for o, v in zip(s.outs, vals):
+            env[o.name] = v
+        return
+    state = [env[a.name] for a in s.init]
+    while True:
+        for p, v in zip(s.params, state):
+            env[p.name] = v
+        block(s.cond, env)
+        if not bool(env[s.cond.result[0].name].leaves[0][0]):
+            break
+        block(s.body, env)
+        state = [env[r.name] for r in s.body.result]
+    for o, v in zip(s.outs, state):
+        env[o.name] = v
+
+
 # --------------------------------------------------------------------------- runner
 
 
@@ -421,26 +445,8 @@ class Runner:
     def _step(self, s, env: dict) -> None:
         if isinstance(s, KUse):
             env[s.out.name] = self._uses[id(s)]
-        elif isinstance(s, KAcond):
-            c = HostEval(env)(s.c)
-            b = s.t if bool(c) else s.e
-            self._block(b, env)
-            vals = [env[r.name] for r in b.result]
-            for o, v in zip(s.outs, vals):
-                env[o.name] = v
-        elif isinstance(s, KAwhile):
-            state = [env[a.name] for a in s.init]
-            while True:
-                for p, v in zip(s.params, state):
-                    env[p.name] = v
-                self._block(s.cond, env)
-                cv = env[s.cond.result[0].name]
-                if not bool(cv.leaves[0][0]):
-                    break
-                self._block(s.body, env)
-                state = [env[r.name] for r in s.body.result]
-            for o, v in zip(s.outs, state):
-                env[o.name] = v
+        elif isinstance(s, (KAcond, KAwhile)):
+            run_control(s, env, self._block)
         else:
             self._run(s, self._plan(s, env), env)
 

@@ -35,7 +35,7 @@ from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPe
 from backends.cpu import cache
 from backends.cpu.hosteval import HostEval
 from backends.cpu.runtime import (ArrVal, _build_result, _input, _rebuild_elt, _shape_of,
-                                  _shown)
+                                  _shown, run_control)
 
 from . import codegen
 from .codegen import ERR_SIZE
@@ -169,25 +169,8 @@ class Runner:
         for s in block.steps:
             if isinstance(s, KUse):
                 env[s.out.name] = self._dev_uses[id(s)]
-            elif isinstance(s, KAcond):
-                c = HostEval(env)(s.c)
-                b = s.t if bool(c) else s.e
-                self._block(b, env)
-                for o, r in zip(s.outs, b.result):
-                    env[o.name] = env[r.name]
-            elif isinstance(s, KAwhile):
-                state = [env[a.name] for a in s.init]
-                while True:
-                    for p, v in zip(s.params, state):
-                        env[p.name] = v
-                    self._block(s.cond, env)
-                    cv = env[s.cond.result[0].name]
-                    if not bool(cv.leaves[0][0]):  # one element copied back
-                        break
-                    self._block(s.body, env)
-                    state = [env[r.name] for r in s.body.result]
-                for o, v in zip(s.outs, state):
-                    env[o.name] = v
+            elif isinstance(s, (KAcond, KAwhile)):
+                run_control(s, env, self._block)
             else:
                 self._loop(s, env)
 
