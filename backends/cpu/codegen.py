@@ -40,6 +40,7 @@ gives the same module and the same cache entries.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from accel.ast import nodes as N
@@ -48,6 +49,8 @@ from accel.ast.types import ArrayT, Scalar, TupleT, leaves
 from accel.errors import BackendError
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
                                   KUse)
+
+from .vectorize import MARK
 
 # Runtime policy constants (read by the host at run time, so tests may lower them).  The
 # chunkings of folds, scans and scatters are part of the semantics through floating-point
@@ -60,10 +63,10 @@ FOLD_CHUNK_MAX_ROWS = 64  # ... "few rows"
 FOLD_OUTER_CHUNK_MAX_ROWS = 8192  # ... for interchanged folds (tiles would each read the
 #                                   whole source; chunks of elements read it once)
 FOLD_TILE = 1024  # most rows per task of an interchanged fold (accumulators stay in cache)
-FOLD_BLOCK = 8  # rows folded together by phase ``b`` (independent accumulator chains)
+FOLD_WIDTHS = (16, 8, 2, 1)  # rows folded together by phase ``b`` (independent accumulator chains)
 FOLD_BLOCK_MAX_OPS = 48  # ... for element functions of at most this many operations
 FOLD_J_CHUNK = 64  # elements folded into a tile of an interchanged fold at a time
-FOLD_SEGMENT_MIN = 24  # ... as vectorised segments from this last dimension, else in blocks
+FOLD_SEGMENT_MIN = 1 << 30  # ... as vectorised segments from this last dimension, else in blocks
 SCAN_CHUNKS = 64  # chunks of a long single-row scan (three phases)
 SCAN_CHUNK_MIN_N = 16384
 PERMUTE_CHUNKS = 16  # private buffers of the parallel scatter
@@ -81,6 +84,7 @@ PARALLEL = ('@nb.njit(parallel=True, error_model="numpy", fastmath=False, cache=
             'nogil=True)')
 
 HEADER = '''"""accel CPU kernels (generated; do not edit: the file name is its content hash)."""
+''' + MARK + '''
 import math  # noqa: F401
 
 import numba as nb
@@ -147,6 +151,10 @@ def fast_comb(lam: N.Lam):
 #: positions the generated code computes, which tells LLVM that numba's negative-index
 #: wrap-around never applies (its select costs up to 2x in memory-bound loops).
 NONNEG = "0x7FFFFFFFFFFFFFFF"
+
+
+#: An index atom ``(v + c)``: row c of a block of rows starting at index v.
+_SHIFTED = re.compile(r"\((\w+) \+ (\d+)\)")
 
 
 def at(buf: str, pos: str) -> str:
@@ -402,11 +410,16 @@ class KernelGen:
                 self.emit(f"{n} = {const_atom(0, t)}")
             self.ind -= 1
             return names
-        off = self.offset(ix, arr.dims)
+        shifted = _SHIFTED.fullmatch(ix[-1]) if ix else None
+        if shifted:  # a row of a block: the block's offset plus a constant
+            off = self.offset(ix[:-1] + [shifted.group(1)], arr.dims)
+            pos = f"(({off}) & {NONNEG}) + {shifted.group(2)}"
+        else:
+            off = self.offset(ix, arr.dims)
         out = []
         for b in arr.leaves:
             n = self.fresh("v")
-            self.emit(f"{n} = {at(b, off)}")
+            self.emit(f"{n} = {b}[{pos}]" if shifted else f"{n} = {at(b, off)}")
             out.append(n)
         return out
 
@@ -885,19 +898,17 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
     g.emit(f"{r} = {first}")
     g.emit(f"while {r} < {end}:")
     g.ind += 1
-    for width in (FOLD_BLOCK, 2, 1):
-        if width == FOLD_BLOCK:
+    for width in FOLD_WIDTHS:
+        if width == FOLD_WIDTHS[0]:
             g.emit(f"if {end} - {r} >= {width} and {dims[-1]} - {last} >= {width}:")
         elif width > 1:
             g.emit(f"elif {end} - {r} >= {width} and {dims[-1]} - {last} >= {width}:")
         else:
             g.emit("else:")
         g.ind += 1
-        rows = []
-        for t in range(width):
-            lt = g.fresh("l")
-            g.emit(f"{lt} = {last} + {t}")
-            rows.append(pre + [lt])
+        # row t's last index is the atom ``(last + t)``: its reads are at a shared
+        # offset plus t (``KernelGen.read``), consecutive loads that SLP vectorizes
+        rows = [pre + [last if t == 0 else f"({last} + {t})"] for t in range(width)]
         accs = [[g.fresh("acc") for _ in ts] for _ in rows]
         if jlo is not None:
             for t, acc in enumerate(accs):

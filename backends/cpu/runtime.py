@@ -39,6 +39,8 @@ from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPe
 from . import cache, codegen
 from .codegen import ERR_SIZE
 from .hosteval import HostEval
+from .layout import transpose_reads
+from .vectorize import enable_slp
 
 
 _MAX_REPLAYS = 8  # argument shapes whose step plans a runner remembers
@@ -352,12 +354,13 @@ class Runner:
     """A kernel program compiled for the CPU: ``runner(args)`` runs it."""
 
     def __init__(self, kp: KernelProgram, check_bounds: bool = False):
-        self.kp = kp
+        self.kp = kp = transpose_reads(kp)
         self.check_bounds = bool(check_bounds)
         t0 = time.perf_counter()
         self.gen = codegen.generate(kp.body, self.check_bounds)
         t1 = time.perf_counter()
         self.module = cache.load(self.gen.source)
+        enable_slp(self.module)
         t2 = time.perf_counter()
         self._codegen_seconds = t1 - t0
         self._load_seconds = t2 - t1

@@ -1,0 +1,47 @@
+"""LLVM's SLP vectorizer for accel's generated kernels, and for nothing else.
+
+Numba turns LLVM's superword-level-parallelism (SLP) vectorizer off by default (numba
+#8705/#8852: miscompilations in the LLVM 14 of 2023; clang runs it at -O2), and its
+loop vectorizer cannot help the loops accel generates for folds: a block of rows is
+folded by independent scalar accumulator chains (one per row, so every row still
+combines its elements in order), which only SLP packs into vector registers.  With it,
+a block of 8 adjacent rows whose reads are consecutive in memory becomes one AVX
+multiply and add per element instead of eight (measured: the GMM's D x D products
+2-4x faster on 2 cores).
+
+Numba reads ``config.SLP_VECTORIZE`` when it builds the pass pipeline of a compilation,
+so :func:`enable_slp` wraps each generated dispatcher's ``compile`` (which numba also
+calls for implicit compilations and when typing a call from a parallel driver) to set it
+for that compilation only, under numba's global compiler lock: other numba code in the
+process compiles with the user's settings.  The generated source carries
+:data:`MARK`, so kernels cached on disk without SLP are never loaded instead.
+"""
+
+from __future__ import annotations
+
+from numba.core import config
+from numba.core.compiler_lock import global_compiler_lock
+from numba.core.registry import CPUDispatcher
+
+#: A line of every generated module's header (part of its content hash).
+MARK = "# compiled with LLVM's SLP vectorizer (backends/cpu/vectorize.py)"
+
+
+def _with_slp(compile_):
+    def compile(sig):
+        with global_compiler_lock:
+            old = config.SLP_VECTORIZE
+            config.SLP_VECTORIZE = 1
+            try:
+                return compile_(sig)
+            finally:
+                config.SLP_VECTORIZE = old
+    compile._accel_slp = True
+    return compile
+
+
+def enable_slp(module) -> None:
+    """Compile every numba function of the generated ``module`` with SLP vectorization."""
+    for d in vars(module).values():
+        if isinstance(d, CPUDispatcher) and not getattr(d.compile, "_accel_slp", False):
+            d.compile = _with_slp(d.compile)
