@@ -66,7 +66,6 @@ FOLD_TILE = 1024  # most rows per task of an interchanged fold (accumulators sta
 FOLD_WIDTHS = (16, 8, 2, 1)  # rows folded together by phase ``b`` (independent accumulator chains)
 FOLD_BLOCK_MAX_OPS = 48  # ... for element functions of at most this many operations
 FOLD_J_CHUNK = 64  # elements folded into a tile of an interchanged fold at a time
-FOLD_SEGMENT_MIN = 1 << 30  # ... as vectorised segments from this last dimension, else in blocks
 SCAN_CHUNKS = 64  # chunks of a long single-row scan (three phases)
 SCAN_CHUNK_MIN_N = 16384
 PERMUTE_CHUNKS = 16  # private buffers of the parallel scatter
@@ -963,9 +962,8 @@ def _fold_interchanged(g: KernelGen, s: KFold, dims: list, outs: list, m: str, n
     dimensions: sums over points of per-point contributions).  A task is a tile of
     ``tile`` rows (at most ``FOLD_TILE``; fewer when that gives every thread work),
     initialised in the output and then folded over ``FOLD_J_CHUNK`` elements at a time:
-    the chunk's part of the source stays in cache while the tile's rows go over it, as
-    vectorised segments of the last dimension (``_segments``) when that is at least
-    ``FOLD_SEGMENT_MIN`` long, else in blocks of rows (``_row_blocks``).  Each row still
+    the chunk's part of the source stays in cache while the tile's rows go over it in
+    blocks of rows (``_row_blocks``).  Each row still
     combines its elements in order ``0 .. n-1``, so the result is exactly the row-by-row
     fold's."""
     g.begin("o")
@@ -994,49 +992,12 @@ def _fold_interchanged(g: KernelGen, s: KFold, dims: list, outs: list, m: str, n
 def _fold_tile(g: KernelGen, s: KFold, dims: list, outs: list, r0: str, r1: str, bix: list,
                ix: list, jlo: str, jhi: str) -> None:
     """Fold elements ``jlo .. jhi-1`` into the rows ``r0 .. r1-1`` of ``outs`` (row
-    ``r0``'s multi-index: the atoms ``bix``; ``ix``: variables for ``_row_blocks``) as
-    vectorised segments when the last dimension is at least ``FOLD_SEGMENT_MIN`` long,
-    else in blocks of rows (measured both ways: d = 10 and d = 32 favour opposite ones)."""
-    g.emit(f"if {dims[-1]} >= {FOLD_SEGMENT_MIN}:")
-    g.ind += 1
-    _segments(g, s, dims, outs, r0, r1, bix, jlo, jhi)
-    g.ind -= 1
-    g.emit("else:")
-    g.ind += 1
+    ``r0``'s multi-index: the atoms ``bix``; ``ix``: variables for ``_row_blocks``), in
+    blocks of rows.  (Counted loops over segments of the last dimension, which LLVM's
+    loop vectorizer handles, were 1.5-2.5x slower than SLP-vectorized blocks for D = 32.)"""
     for v, b in zip(ix, bix):
         g.emit(f"{v} = {b}")
     _row_blocks(g, s, dims, outs, r0, r1, ix, jlo, jhi)
-    g.ind -= 1
-
-
-def _segments(g: KernelGen, s: KFold, dims: list, outs: list, r0: str, r1: str, bix: list,
-              jlo: str, jhi: str) -> None:
-    """For each ``j`` in ``jlo .. jhi-1``, combine element ``j`` into the rows
-    ``r0 .. r1-1`` (multi-index ``bix`` of ``r0``) in the output, segment by segment of
-    the last dimension: plain counted loops with affine indices that LLVM vectorises (the
-    accumulators are in memory; for long segments this beats ``_row_blocks``'s scalar
-    accumulators)."""
-    elt = s.out.type.elt
-    j, r, c, c0, cnt, rs = (g.fresh(x) for x in ("j", "r", "c", "c", "cnt", "rs"))
-    pre = [g.fresh("i") for _ in dims[:-1]]
-    ix = pre + [c]
-    g.loop(j, f"range({jlo}, {jhi})")
-    for v, b in zip(pre, bix):
-        g.emit(f"{v} = {b}")
-    g.emit(f"{c0} = {bix[-1]}")
-    g.emit(f"{rs} = {r0}")
-    g.emit(f"while {rs} < {r1}:")
-    g.ind += 1
-    g.emit(f"{cnt} = min({r1} - {rs}, {dims[-1]} - {c0})")
-    g.loop(c, f"range({c0}, {c0} + {cnt})")
-    g.emit(f"{r} = {rs} + ({c} - {c0})")
-    cur = rebuild(elt, iter(at(o, r) for o in outs))
-    g.store(outs, r, g.apply(s.f, (cur, g.apply(s.src, (tuple(ix + [j]),)))))
-    g.ind -= 1
-    g.emit(f"{rs} += {cnt}")
-    g.emit(f"{c0} = 0")
-    _increment(g, pre, dims[:-1])
-    g.ind -= 2
 
 
 def _fold_interchanged_chunked(g: KernelGen, s: KFold, dims: list, outs: list, parts: list,
@@ -1044,8 +1005,8 @@ def _fold_interchanged_chunked(g: KernelGen, s: KFold, dims: list, outs: list, p
     """Phases ``oc`` and ``combc``: the interchanged fold of long rows, up to
     ``FOLD_OUTER_CHUNK_MAX_ROWS`` of them (a sum over all points into a (K, D) or
     (K, D, D) array).  Task ``c`` folds chunk ``c`` of the folded dimension into
-    partials ``p[c * m + row]`` for every row (as segments or blocks of rows, like phase
-    ``o``; its part of the source is read from memory once), then ``combc`` combines each
+    partials ``p[c * m + row]`` for every row (in blocks of rows, like phase ``o``; its
+    part of the source is read from memory once), then ``combc`` combines each
     row's partials in chunk order, as phase ``comb`` does for row-by-row chunks (every
     chunk has elements: the host chunks only folds with ``n >= FOLD_CHUNKS``)."""
     elt = s.out.type.elt
@@ -1094,8 +1055,8 @@ def _outer_major(s: KFold) -> bool:
     """Whether the interchanged loop (phase ``o``) suits the fold's source: some read
     has the folded index as its first index (consecutive elements of a row are far apart
     in memory: a row-by-row fold would fetch a cache line per element), some read has the
-    row's last index as its own last index (consecutive rows of a segment read adjacent
-    elements: the segment loop is contiguous, even vectorisable) and no read has the
+    row's last index as its own last index (a block of consecutive rows reads adjacent
+    elements: vector loads) and no read has the
     folded index last while the row's last index sits elsewhere (such a read is
     contiguous only along the row, as a dot product's).  AD's sums over points of
     per-point contributions (``sum_i a[i, k, c] * b[i, k, r]``) are of this kind; its
