@@ -40,6 +40,7 @@ from . import cache, codegen
 from .codegen import ERR_SIZE
 from .hosteval import HostEval
 from .layout import transpose_reads
+from .straight import StraightLine, eligible
 from .vectorize import enable_slp
 
 
@@ -378,6 +379,9 @@ class Runner:
         self._canonical: dict = {}  # host expression -> the first equal one seen
         self._replays: dict = {}  # argument shapes -> (threads, [_StepCall or None])
         self._planned = 0  # loop steps whose host expressions were evaluated
+        self._straight: dict = {}  # argument shapes -> StraightLine (compiled plans)
+        self._straight_ok = True  # False once building a driver failed
+        self._straight_calls = 0  # calls run by a straight-line driver
         self._collect_uses(kp.body)
 
     # ---- preparation
@@ -406,20 +410,48 @@ class Runner:
         params = self.kp.params
         if len(args) != len(params):
             raise ShapeError(f"program takes {len(params)} arguments, got {len(args)}")
-        env = {}
-        for i, (p, x) in enumerate(zip(params, args)):
-            env[p.name] = _input(x, p.type, f"argument {i} ({p.name})")
+        inputs = [_input(x, p.type, f"argument {i} ({p.name})")
+                  for i, (p, x) in enumerate(zip(params, args))]
+        key = tuple(v.shape for v in inputs)
         taken: list = []  # buffers allocated by this call
+        self._calls += 1
+        drv = self._straight.get(key)
+        if drv is not None and drv.threads == numba.get_num_threads():
+            with np.errstate(all="ignore"):
+                arrays = drv.run(self, inputs, taken)
+            if arrays is not None:
+                self._straight_calls += 1
+                res = [arrays[r.name] for r in self.kp.body.result]
+                out = self._outputs(res, inputs)
+                self._pool.give(taken, {id(b) for v in res for b in v.leaves})
+                return out
+        env = {p.name: v for p, v in zip(params, inputs)}
         env[_TAKEN] = taken
         env[_MEMO] = {}
         env[_ERR] = np.zeros(ERR_SIZE, dtype=np.int64)
         with np.errstate(all="ignore"):
-            self._top(env, tuple(env[p.name].shape for p in params))
+            self._top(env, key)
         res = [env[r.name] for r in self.kp.body.result]
-        self._calls += 1
-        out = self._outputs(res, [env[p.name] for p in params])
+        self._straighten(key, drv)
+        out = self._outputs(res, inputs)
         self._pool.give(taken, {id(b) for v in res for b in v.leaves})
         return out
+
+    def _straighten(self, key: tuple, old) -> None:
+        """Compile the plan of ``key`` into a straight-line driver (``straight``) if it
+        can be and has changed since ``old`` (the key's previous driver or None)."""
+        entry = self._replays.get(key)
+        if entry is None or (old is not None and old.plans is entry[1]):
+            return
+        self._straight.pop(key, None)
+        if not self._straight_ok or not eligible(self.kp, entry[1]):
+            return
+        for k in [k for k in self._straight if k not in self._replays]:
+            del self._straight[k]  # plans forgotten (``_MAX_REPLAYS``)
+        try:
+            self._straight[key] = StraightLine(self, entry[1], entry[0])
+        except Exception:  # noqa: BLE001 - the step-by-step path always works
+            self._straight_ok = False
 
     def _outputs(self, res: list, inputs: list):
         # Results that are (views of) inputs or constants, or repeated, are copied here.
@@ -684,8 +716,10 @@ class Runner:
                            f"{first}") from first
 
     def release_buffers(self) -> None:
-        """Forget the pooled buffers (memory returns once nothing else refers to it)."""
+        """Forget the pooled buffers and the straight-line drivers' arenas (memory
+        returns once nothing else refers to it; drivers are rebuilt by later calls)."""
         self._pool = BufferPool()
+        self._straight = {}
 
     def show(self) -> str:
         """The kernel program, as text."""
@@ -709,5 +743,6 @@ class Runner:
             "module": getattr(self.module, "__file__", None),
             "launches": dict(self._counts),  # e.g. {"g_parallel": 2, "p_serial": 1}
             "planned_steps": self._planned,  # loop steps planned, not replayed
+            "straight_line_calls": self._straight_calls,  # one compiled driver each
             "check_bounds": self.check_bounds,
         }
