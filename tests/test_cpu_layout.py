@@ -120,7 +120,7 @@ def test_row_blocks_compile_to_packed_vector_instructions():
     runner = prepare_kernels(kp)
     (name,) = [n for n in vars(runner.module) if re.fullmatch(r"k\d+_b", n)]
     py = getattr(runner.module, name).py_func
-    fn = numba.njit(error_model="numpy", fastmath=False)(py)
+    fn = numba.njit(error_model="numpy", fastmath={"contract"})(py)  # codegen.FLAGS
     fn.compile = vectorize._with_slp(fn.compile)
     arr, i64 = numba.float64[::1], numba.int64
     sig = tuple(i64 if p in ("lo", "hi", "c") else
@@ -128,9 +128,12 @@ def test_row_blocks_compile_to_packed_vector_instructions():
                 for p in inspect.signature(py).parameters)
     fn.compile(sig)
     asm = fn.inspect_asm(sig)
-    packed = len(re.findall(r"\bv(?:mul|add)pd\s[^\n]*%[yz]mm", asm))
-    scalar = len(re.findall(r"\bv(?:mul|add)sd\s", asm))
-    # measured: 18 packed, 10 scalar (rows left over in pairs and singles); with each
-    # row's read masked separately 18 and 22, and the GMM gradient 35% slower
+    packed = len(re.findall(r"\bv(?:mul|add|fmadd\d+)pd\s[^\n]*%[yz]mm", asm))
+    scalar = len(re.findall(r"\bv(?:mul|add|fmadd\d+)sd\s", asm))
+    # measured (before split chains and FMAs): 18 packed, 10 scalar (rows left over in
+    # pairs and singles); with each row's read masked separately 18 and 22, and the GMM
+    # gradient 35% slower
     assert packed >= 8 and scalar < packed, f"row blocks not vectorized: {packed}, {scalar}"
+    # a product summed is one fused multiply-add (FLAGS' ``contract``)
+    assert re.search(r"\bvfmadd\d+pd\s", asm), "no FMA in the row blocks"
     assert numba.config.SLP_VECTORIZE == 0

@@ -22,17 +22,25 @@ Design in brief (details in the modules' docstrings):
 * Arrays are flat C-contiguous buffers, one per scalar leaf (struct of arrays), plus
   an int64 array of sizes.  Tuples are scalarised; ``Cond`` evaluates only the taken
   branch; ``While`` is a loop over scalarised state.  ``error_model="numpy"``,
-  ``fastmath=False``; primitives follow ``accel.ast.prims`` exactly (floored integer
-  ``//``/``%`` with 0 for a zero divisor, NumPy's float floor division and remainder,
-  integer powers with negative exponents, truncating conversions with nan -> 0).
-* Folds: parallel over rows, 8 adjacent rows at a time (independent accumulators);
+  ``fastmath={"contract"}`` (a multiply and an add may fuse into one FMA: one rounding
+  instead of two; no other fast-math licence); primitives follow ``accel.ast.prims``
+  exactly (floored integer ``//``/``%`` with 0 for a zero divisor, NumPy's float floor
+  division and remainder, integer powers with negative exponents, truncating
+  conversions with nan -> 0).  LLVM's SLP vectorizer is on for these kernels only
+  (``vectorize``).
+* Folds: parallel over rows, in blocks of up to 16 adjacent rows (independent
+  accumulators, SLP-vectorized; ``+`` and ``*`` also split each row into 2 chains);
   folds whose source is laid out along the rows (sums over points) interchange their
-  loops; few long rows are cut into 64 chunks (a fixed number, so results do not depend
+  loops; a matrix read across a fold's rows is first copied transposed (``layout``);
+  few long rows are cut into 64 chunks (a fixed number, so results do not depend
   on the thread count) folded in parallel and combined in chunk order; only
-  associativity is assumed.  Scans: parallel over rows; a single long row
-  is scanned in three phases (chunk totals, carries, rescans).  Permute: defaults in
-  parallel, then a serial scatter, or for ``+``/``*``/``max``/``min`` on numbers and a
-  large source, 16 private buffers (chunks of the source in parallel) merged in order.
+  associativity is assumed (and commutativity for ``+`` and ``*``).
+  Scans: parallel over rows; a single long row is scanned in three phases (chunk
+  totals, carries, rescans).  Permute: defaults in parallel, then a serial scatter,
+  or for ``+``/``*``/``max``/``min`` on numbers and a large source, 16 private buffers
+  (chunks of the source in parallel) merged in order.
+* Programs whose plan depends only on their arguments' shapes replay it as a list of
+  kernel calls (``straight``), without re-evaluating host expressions.
 * ``check_bounds=True``: every ``Index`` and kept permute target is checked; a failure
   sets a flag (with the index) and the host raises ``OutOfBoundsError`` after the loop.
   Without it no checks are generated (an out-of-bounds access is undefined behaviour).

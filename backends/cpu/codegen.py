@@ -4,7 +4,7 @@ Every loop step (``KGenerate``, ``KFold``, ``KScan``, ``KPermute``) becomes a fe
 functions named ``k<i>_<phase>``:
 
 * *range functions* ``k<i>_<phase>(lo, hi, c, *bufs, shp, err)``: serial
-  ``@numba.njit(error_model="numpy", fastmath=False, cache=True)`` loops over the tasks
+  ``@numba.njit(error_model="numpy", fastmath={"contract"}, cache=True)`` loops over the tasks
   ``[lo, hi)`` of one phase (elements, tiles, (row, chunk) pairs, source chunks ...);
 * a *driver* ``k<i>_par_<phase>(ntask, nch, *bufs, shp, err)`` per parallel phase,
   ``@numba.njit(parallel=True, ...)``, whose ``prange`` over ``nch`` chunks of the
@@ -64,6 +64,7 @@ FOLD_OUTER_CHUNK_MAX_ROWS = 8192  # ... for interchanged folds (tiles would each
 #                                   whole source; chunks of elements read it once)
 FOLD_TILE = 1024  # most rows per task of an interchanged fold (accumulators stay in cache)
 FOLD_WIDTHS = (16, 8, 2, 1)  # rows folded together by phase ``b`` (independent accumulator chains)
+FOLD_SPLITS = 2  # accumulators per row of a block, for sums and products
 FOLD_BLOCK_MAX_OPS = 48  # ... for element functions of at most this many operations
 FOLD_J_CHUNK = 64  # elements folded into a tile of an interchanged fold at a time
 SCAN_CHUNKS = 64  # chunks of a long single-row scan (three phases)
@@ -78,9 +79,12 @@ PAR_TASKS_PER_THREAD = 8  # chunks of tasks per thread in a parallel driver
 FLAT_COND_DEPTH = 60  # deeper else-if chains are emitted flat
 ERR_SIZE = 16  # err[0] = failing site (1-based), err[1:] = its index
 
-SERIAL = '@nb.njit(error_model="numpy", fastmath=False, cache=True, nogil=True)'
-PARALLEL = ('@nb.njit(parallel=True, error_model="numpy", fastmath=False, cache=True, '
-            'nogil=True)')
+#: ``contract`` lets LLVM fuse a multiply and an add into one FMA instruction (one rounding
+#: instead of two): folds of products run 10-17% faster (GMM, D = 32); no other fast-math
+#: licence (reassociation, no-NaN) is given.
+FLAGS = 'error_model="numpy", fastmath={"contract"}, cache=True, nogil=True'
+SERIAL = f"@nb.njit({FLAGS})"
+PARALLEL = f"@nb.njit(parallel=True, {FLAGS})"
 
 HEADER = '''"""accel CPU kernels (generated; do not edit: the file name is its content hash)."""
 ''' + MARK + '''
@@ -154,11 +158,17 @@ NONNEG = "0x7FFFFFFFFFFFFFFF"
 
 #: An index atom ``(v + c)``: row c of a block of rows starting at index v.
 _SHIFTED = re.compile(r"\((\w+) \+ (\d+)\)")
+_ROW_PLUS = re.compile(r"(\w+) \+ (\d+)")
 
 
 def at(buf: str, pos: str) -> str:
     """``buf[pos]`` for a position known to be non-negative."""
-    return f"{buf}[{pos}]" if pos.isdigit() else f"{buf}[({pos}) & {NONNEG}]"
+    if pos.isdigit():
+        return f"{buf}[{pos}]"
+    shifted = _ROW_PLUS.fullmatch(pos)
+    if shifted:  # row t of a block: a shared offset plus t (consecutive, vector stores)
+        return f"{buf}[({shifted.group(1)} & {NONNEG}) + {shifted.group(2)}]"
+    return f"{buf}[({pos}) & {NONNEG}]"
 
 
 
@@ -894,6 +904,7 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
     ts = leaves(elt)
     r, j = g.fresh("r"), g.fresh("j")
     pre, last = ix[:-1], ix[-1]
+    splits = FOLD_SPLITS if fast_comb(s.f) in ("add", "mul") else 1
     g.emit(f"{r} = {first}")
     g.emit(f"while {r} < {end}:")
     g.ind += 1
@@ -922,6 +933,8 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
             for acc, row in zip(accs, rows):
                 g.set_vars(acc, ts, g.apply(s.src, (tuple(row + ["0"]),)))
             start = "1"
+        if splits > 1:
+            start = _split_chains(g, s, rows, accs, start, jhi, splits)
         g.loop(j, f"range({start}, {jhi})")
         for acc, row in zip(accs, rows):
             x = g.apply(s.src, (tuple(row + [j]),))
@@ -937,6 +950,38 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
     g.emit(f"{last} = 0")
     _increment(g, pre, dims[:-1])
     g.ind -= 2
+
+
+def _split_chains(g: KernelGen, s: KFold, rows: list, accs: list, start: str, jhi: str,
+                  splits: int) -> str:
+    """Fold elements ``start ..`` of each row of a block into ``splits`` accumulators,
+    element ``j`` into accumulator ``j mod splits``, combined into ``accs`` at the end;
+    return where the rows' remaining elements (fewer than ``splits``) start.  A block's
+    chains then number ``splits`` times its rows: enough to keep both FMA units busy
+    (one chain per row waits an add's latency per element).  Only for ``+`` and ``*``,
+    which are commutative; floating-point sums round differently from the in-order fold,
+    as the chunked parallel fold's do."""
+    t = leaves(s.out.type.elt)[0]
+    unit = const_atom(1 if fast_comb(s.f) == "mul" else -0.0 if t.is_float else 0, t)
+    chains = [[acc] + [[g.fresh("acc")] for _ in range(splits - 1)] for acc in accs]
+    for ch in chains:
+        for acc in ch[1:]:
+            g.emit(f"{acc[0]} = {unit}")
+    j, jm = g.fresh("j"), g.fresh("jm")
+    g.emit(f"{jm} = {start} + max({jhi} - {start}, 0) // {splits} * {splits}")
+    g.loop(j, f"range({start}, {jm}, {splits})")
+    for u in range(splits):  # the rows' u-th chains together: one SLP group per u
+        ju = j if u == 0 else f"({j} + {u})"
+        for ch, row in zip(chains, rows):
+            x = g.apply(s.src, (tuple(row + [ju]),))
+            g.update(ch[u], [t], g.apply(s.f, (ch[u][0], x)))
+    g.ind -= 1
+    while len(chains[0]) > 1:  # pairwise: ((c0 + c1) + (c2 + c3))
+        for ch in chains:
+            for u in range(0, len(ch) - 1, 2):
+                g.update(ch[u], [t], g.apply(s.f, (ch[u][0], ch[u + 1][0])))
+            ch[:] = ch[::2]
+    return jm
 
 
 def _ops(*exprs) -> tuple:
