@@ -416,9 +416,8 @@ def test_fold_rows_of_rank3_outer_shapes_use_incremental_indices(monkeypatch):
 
 
 def test_blocked_row_folds_match_the_sequential_fold_exactly(monkeypatch):
-    """Rows folded in blocks (phase ``b``) each still combine their elements in order
-    (only ``+`` and ``*`` are split into chains): a non-associative combination gives
-    bit for bit the sequential
+    """Rows folded in blocks (phase ``b``) each still combine their elements in order:
+    a non-associative combination gives bit for bit the sequential
     result, for rows in blocks, in leftovers at segment and task ends, with and without
     a seed."""
     f = lam((float64, float64), lambda x, y: P("add", P("mul", x, f64(0.5)), y))
@@ -447,50 +446,6 @@ def test_blocked_row_folds_match_the_sequential_fold_exactly(monkeypatch):
         assert launches.get("b_parallel", 0) >= 1
     monkeypatch.setattr(codegen, "FOLD_BLOCK_MAX_OPS", 0)
     assert [p.blocked for p in prepare_kernels(kp).gen.plans.values()] == [False]
-
-
-@pytest.mark.parametrize("op", ["add", "mul"])
-def test_blocked_sums_and_products_fold_in_split_chains(op):
-    """Phase ``b`` folds ``+`` and ``*`` rows in ``FOLD_SPLITS`` chains (element ``j`` into
-    chain ``j mod FOLD_SPLITS``): every length (odd ones leave an element for the
-    remainder loop), with and without a seed, floats and wrapping int64, match NumPy."""
-    assert codegen.FOLD_SPLITS >= 2
-    rng = np.random.default_rng(6)
-    fn = np.sum if op == "add" else np.prod
-    for elt, z in ((float64, 0.25), (float64, None), (int64, 3), (int64, None)):
-        const = f64 if elt is float64 else i64
-        f = lam((elt, elt), lambda x, y: P(op, x, y))
-        kp = _fold_prog(3, f, const(z) if z is not None else None, elt)
-        r = prepare_kernels(kp)
-        assert [p.blocked for p in r.gen.plans.values()] == [True]
-        for n in range(0 if z is not None else 1, 8):
-            shape = (3, 37, n)  # 37 rows per row of blocks: 16 + 16 + 2 + 2 + 1
-            if elt is float64:
-                x = rng.standard_normal(shape) * (1.0 if op == "add" else 1.5)
-            else:
-                x = rng.integers(-(1 << 40), 1 << 40, shape)
-            with np.errstate(over="ignore"):
-                want = fn(x, axis=-1)
-                if z is not None:
-                    want = want + z if op == "add" else want * z
-            got = r([x])
-            if elt is float64:
-                np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
-            else:
-                np.testing.assert_array_equal(got, want)
-        launches = r.stats()["launches"]
-        assert launches.get("b_serial", 0) + launches.get("b_parallel", 0) >= 1
-
-
-def test_split_sums_keep_the_sign_of_zero():
-    """The extra chains of a split sum start at -0.0 (``x + -0.0 == x`` for every x,
-    also +0.0 and -0.0): a sum of negative zeros stays -0.0, as NumPy's."""
-    f = lam((float64, float64), lambda x, y: P("add", x, y))
-    x = np.full((2, 40, 5), -0.0)
-    got = prepare_kernels(_fold_prog(3, f, None, float64))([x])
-    assert np.all(np.signbit(got)) and np.all(got == 0.0)
-    got = prepare_kernels(_fold_prog(3, f, f64(-0.0), float64))([x])
-    assert np.all(np.signbit(got))
 
 
 def _wrap(v):

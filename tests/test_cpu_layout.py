@@ -130,10 +130,72 @@ def test_row_blocks_compile_to_packed_vector_instructions():
     asm = fn.inspect_asm(sig)
     packed = len(re.findall(r"\bv(?:mul|add|fmadd\d+)pd\s[^\n]*%[yz]mm", asm))
     scalar = len(re.findall(r"\bv(?:mul|add|fmadd\d+)sd\s", asm))
-    # measured (before split chains and FMAs): 18 packed, 10 scalar (rows left over in
+    # measured (before FMAs): 18 packed, 10 scalar (rows left over in
     # pairs and singles); with each row's read masked separately 18 and 22, and the GMM
     # gradient 35% slower
     assert packed >= 8 and scalar < packed, f"row blocks not vectorized: {packed}, {scalar}"
     # a product summed is one fused multiply-add (FLAGS' ``contract``)
     assert re.search(r"\bvfmadd\d+pd\s", asm), "no FMA in the row blocks"
     assert numba.config.SLP_VECTORIZE == 0
+
+
+def _outer_prog(fold_first: bool, op: str = "add", seeded: bool = True):
+    """g[k, r, c] = op_j x[.., c] * y[.., r]: with ``fold_first`` the reads are
+    ``x[j, k, c]``, ``y[j, k, r]`` (a sum over points: the interchanged phases ``o``),
+    else ``x[k, c, j]``, ``y[k, r, j]`` (row blocks, phase ``b``)."""
+    x, y, g = av(float64, 3, "x"), av(float64, 3, "y"), av(float64, 3, "g")
+
+    def src(k, r, c, j):
+        if fold_first:
+            return P("mul", at(x, j, k, c), at(y, j, k, r))
+        return P("mul", at(x, k, c, j), at(y, k, r, j))
+
+    if fold_first:
+        shape, n = sh(dim(x, 1), dim(y, 2), dim(x, 2)), dim(x, 0)
+    else:
+        shape, n = sh(dim(x, 0), dim(y, 1), dim(x, 1)), dim(x, 2)
+    fold = KFold(g, shape, n, lam((float64, float64), lambda a, b: P(op, a, b)),
+                 N.Const(0.5, float64) if seeded else None, ix_lam(4, src))
+    return kprog((x, y), [fold], g)
+
+
+@pytest.mark.parametrize("fold_first", [True, False])
+def test_sums_of_outer_products_fold_in_plane_blocks(fold_first):
+    """Blocks of ``FOLD_PLANES`` rows of the second to last dimension (``_plane_block``):
+    every row lands in its place when the planes do not divide that dimension, the last
+    dimension is not a multiple of the block widths, tiles and tasks start mid-row, and
+    the fold has no seed; ``max`` folds too."""
+    from backends.cpu import codegen
+    rng = np.random.default_rng(7)
+    for op, seeded in (("add", True), ("add", False), ("max", True)):
+        kp = _outer_prog(fold_first, op, seeded)
+        (fold,) = kp.body.steps
+        assert codegen._plane_blocked(fold)
+        runner = prepare_kernels(kp)
+        # (phase b's x[k, c, j] is first copied transposed: ``layout``)
+        assert [p.outer for p in runner.gen.plans.values()][-1] == fold_first
+        for n, k, d in [(70, 3, 19), (5, 2, 4), (130, 7, 33), (1, 1, 9), (9, 40, 6)]:
+            if fold_first:
+                x, y = rng.standard_normal((n, k, d)), rng.standard_normal((n, k, d))
+                xs, ys = x.transpose(1, 2, 0), y.transpose(1, 2, 0)  # (k, d, n)
+            else:
+                x, y = rng.standard_normal((k, d, n)), rng.standard_normal((k, d, n))
+                xs, ys = x, y
+            prods = xs[:, None, :, :] * ys[:, :, None, :]  # (k, r, c, n)
+            if op == "add":
+                want = prods.sum(-1) + (0.5 if seeded else 0.0)
+            else:
+                want = np.maximum(prods.max(-1), 0.5)
+            got = runner([x, y])
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+        launches = runner.stats()["launches"]
+        assert sum(v for key, v in launches.items() if key[0] in "ob") >= 1
+
+
+def test_plane_blocks_only_for_outer_products():
+    """A matrix-vector product (every read depends on the rows' second to last index,
+    or none on the last) keeps one plane per block."""
+    from backends.cpu import codegen
+    kp, _ = _matvec_prog(True)
+    (fold,) = kp.body.steps
+    assert not codegen._plane_blocked(fold)

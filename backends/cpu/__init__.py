@@ -29,12 +29,13 @@ Design in brief (details in the modules' docstrings):
   conversions with nan -> 0).  LLVM's SLP vectorizer is on for these kernels only
   (``vectorize``).
 * Folds: parallel over rows, in blocks of up to 16 adjacent rows (independent
-  accumulators, SLP-vectorized; ``+`` and ``*`` also split each row into 2 chains);
+  accumulators, SLP-vectorized; sums of outer products also 2 rows of the dimension
+  before the last, sharing their loads);
   folds whose source is laid out along the rows (sums over points) interchange their
   loops; a matrix read across a fold's rows is first copied transposed (``layout``);
   few long rows are cut into 64 chunks (a fixed number, so results do not depend
   on the thread count) folded in parallel and combined in chunk order; only
-  associativity is assumed (and commutativity for ``+`` and ``*``).
+  associativity is assumed.
   Scans: parallel over rows; a single long row is scanned in three phases (chunk
   totals, carries, rescans).  Permute: defaults in parallel, then a serial scatter,
   or for ``+``/``*``/``max``/``min`` on numbers and a large source, 16 private buffers
