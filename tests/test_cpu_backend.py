@@ -548,7 +548,20 @@ def test_permute_add_many_collisions_matches_add_at(small_chunks):
         np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-9)
         assert_same(got, want, rtol=1e-9, atol=1e-9)
     launches = r.stats()["launches"]
-    assert launches["p_parallel"] == 2 and launches["p_serial"] == 3  # private buffers used
+    # private buffers for 1M -> 16 (16 chunks) and 200k -> 50k (8 chunks)
+    assert launches["p_parallel"] == 3 and launches["p_serial"] == 2
+
+
+def test_parallel_scatters_take_as_many_private_buffers_as_pay():
+    """Private buffers cost an initialisation and a merge per target: at most two
+    scatters' worth of elements (a function of the shapes, so of no thread count)."""
+    from backends.cpu.runtime import _permute_chunks
+    assert _permute_chunks(16, 1_000_000) == codegen.PERMUTE_CHUNKS
+    assert _permute_chunks(50_000, 200_000) == 8
+    assert _permute_chunks(52_800, 102_400) == 2  # the GMM's lower-triangle gradients
+    assert _permute_chunks(200_000, 200_000) == 2
+    assert _permute_chunks(200_001, 200_000) == 0  # two buffers would cost more
+    assert _permute_chunks(10, codegen.PERMUTE_PAR_MIN_SRC - 1) == 0  # too few sources
 
 
 def test_permute_max_int_and_non_recognised_combination():

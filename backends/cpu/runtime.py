@@ -280,6 +280,20 @@ def _pool_refs() -> int:
 _POOL_REFS = _pool_refs()
 
 
+def _permute_chunks(size: int, ssize: int) -> int:
+    """Private buffers of a parallel scatter of ``ssize`` sources into ``size`` targets:
+    the most (``PERMUTE_CHUNKS``, 8, 4 or 2) whose initialisation and merge cost at most
+    two scatters' worth of elements (a scatter's element costs several times a merge's:
+    its index and value are computed), or 0 (serial).  A function of the shapes only,
+    so the combination order, and the result, does not depend on the thread count."""
+    if ssize < codegen.PERMUTE_PAR_MIN_SRC:
+        return 0
+    nch = codegen.PERMUTE_CHUNKS
+    while nch >= 2 and (nch * size > 2 * ssize or nch * size > codegen.PERMUTE_PAR_MAX_PRIV):
+        nch //= 2
+    return nch if nch >= 2 else 0
+
+
 def _dtypes(t) -> tuple:
     """The dtypes of the flat buffers of an array of type ``t``."""
     return tuple(s.dtype for s in leaves(t.elt))
@@ -591,10 +605,9 @@ class Runner:
             phases.append(("d", size, size))
             nch = 0
             if plan.fast is not None:
-                priv = codegen.PERMUTE_CHUNKS * size
-                if (ssize >= codegen.PERMUTE_PAR_MIN_SRC and priv <= ssize
-                        and priv <= codegen.PERMUTE_PAR_MAX_PRIV):
-                    nch = codegen.PERMUTE_CHUNKS
+                nch = _permute_chunks(size, ssize)
+                priv = nch * size
+                if nch:
                     dt = _dtypes(s.out.type)[0]
                     work.append(("f", priv, dt, _identity(plan.fast, dt)))
                     phases += [("p", ssize, -nch), ("m", size, size * nch)]
