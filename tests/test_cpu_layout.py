@@ -174,7 +174,8 @@ def test_sums_of_outer_products_fold_in_plane_blocks(fold_first):
         runner = prepare_kernels(kp)
         # (phase b's x[k, c, j] is first copied transposed: ``layout``)
         assert [p.outer for p in runner.gen.plans.values()][-1] == fold_first
-        for n, k, d in [(70, 3, 19), (5, 2, 4), (130, 7, 33), (1, 1, 9), (9, 40, 6)]:
+        for n, k, d in [(70, 3, 19), (5, 2, 4), (130, 7, 33), (1, 1, 9), (9, 40, 6),
+                        (5000, 2, 6)]:
             if fold_first:
                 x, y = rng.standard_normal((n, k, d)), rng.standard_normal((n, k, d))
                 xs, ys = x.transpose(1, 2, 0), y.transpose(1, 2, 0)  # (k, d, n)
@@ -190,6 +191,8 @@ def test_sums_of_outer_products_fold_in_plane_blocks(fold_first):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
         launches = runner.stats()["launches"]
         assert sum(v for key, v in launches.items() if key[0] in "ob") >= 1
+        if fold_first:  # 5000 points into 72 rows: the chunked interchanged phase too
+            assert launches.get("oc_parallel", 0) + launches.get("oc_serial", 0) >= 1
 
 
 def test_plane_blocks_only_for_outer_products():
