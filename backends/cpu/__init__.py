@@ -38,8 +38,9 @@ Design in brief (details in the modules' docstrings):
   associativity is assumed.
   Scans: parallel over rows; a single long row is scanned in three phases (chunk
   totals, carries, rescans).  Permute: defaults in parallel, then a serial scatter,
-  or for ``+``/``*``/``max``/``min`` on numbers and a large source, 16 private buffers
-  (chunks of the source in parallel) merged in order.
+  or for ``+``/``*``/``max``/``min`` on numbers and a large source, 2 to 16 private
+  buffers (chunks of the source in parallel; as many as the shapes make worth it)
+  merged in order.
 * Programs whose plan depends only on their arguments' shapes replay it as a list of
   kernel calls (``straight``), without re-evaluating host expressions.
 * ``check_bounds=True``: every ``Index`` and kept permute target is checked; a failure

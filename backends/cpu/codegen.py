@@ -70,7 +70,7 @@ FOLD_BLOCK_MAX_OPS = 48  # ... for element functions of at most this many operat
 FOLD_J_CHUNK = 64  # elements folded into a tile of an interchanged fold at a time
 SCAN_CHUNKS = 64  # chunks of a long single-row scan (three phases)
 SCAN_CHUNK_MIN_N = 16384
-PERMUTE_CHUNKS = 16  # private buffers of the parallel scatter
+PERMUTE_CHUNKS = 16  # most private buffers of the parallel scatter
 PERMUTE_PAR_MIN_SRC = 16384  # smaller sources scatter serially
 PERMUTE_PAR_MAX_PRIV = 1 << 24  # elements of private buffers at most
 TILE_ROWS = 32  # tiles of rank >= 2 generates (last two dimensions)
