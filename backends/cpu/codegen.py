@@ -903,9 +903,7 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
     the dimension before the last too (``_plane_block``), wherever the range holds them
     whole.  ``jlo`` None: whole rows, from the seed (or element 0); else the
     accumulators continue from the rows' values in the output."""
-    elt = s.out.type.elt
-    ts = leaves(elt)
-    r, j = g.fresh("r"), g.fresh("j")
+    r = g.fresh("r")
     pre, last = ix[:-1], ix[-1]
     g.emit(f"{r} = {first}")
     g.emit(f"while {r} < {end}:")
@@ -942,28 +940,8 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
         g.ind += 1
         # row t's last index is the atom ``(last + t)``: its reads are at a shared
         # offset plus t (``KernelGen.read``), consecutive loads that SLP vectorizes
-        rows = [pre + [last if t == 0 else f"({last} + {t})"] for t in range(width)]
-        accs = [[g.fresh("acc") for _ in ts] for _ in rows]
-        if jlo is not None:
-            for t, acc in enumerate(accs):
-                g.set_vars(acc, ts, tuple(at(o, f"{r} + {t}") for o in outs))
-            start = jlo
-        elif s.z is not None:
-            z = g.exp(s.z)
-            for acc in accs:
-                g.set_vars(acc, ts, z)
-            start = "0"
-        else:
-            for acc, row in zip(accs, rows):
-                g.set_vars(acc, ts, g.apply(s.src, (tuple(row + ["0"]),)))
-            start = "1"
-        g.loop(j, f"range({start}, {jhi})")
-        for acc, row in zip(accs, rows):
-            x = g.apply(s.src, (tuple(row + [j]),))
-            g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
-        g.ind -= 1
-        for t, acc in enumerate(accs):
-            g.store(outs, f"{r} + {t}", tuple(acc))
+        _fold_rows(g, s, outs, [(f"{r} + {t}", pre + [last if t == 0 else f"({last} + {t})"])
+                                for t in range(width)], jlo, jhi)
         g.emit(f"{r} += {width}")
         g.emit(f"{last} += {width}")
         g.ind -= 1
@@ -977,7 +955,7 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
 def _plane_block(g: KernelGen, s: KFold, outs: list, r: str, ix: list, d: str, c: str,
                  width: int, jlo: str | None, jhi: str) -> None:
     """Fold the ``FOLD_PLANES x width`` rows ``(.., ix[-2] + u, c + t)`` (``r``: the
-    position of row ``(.., ix[-2], 0)``) with their accumulators in variables, as
+    position of row ``(.., ix[-2], 0)``) together (``_fold_rows``), as
     ``_row_blocks`` does for one row of blocks.  A read that does not depend on
     ``ix[-2]`` is loaded once for all ``u`` (LLVM merges the equal loads), one that
     does not depend on the last index once for all ``t``: a sum of outer products
@@ -985,39 +963,47 @@ def _plane_block(g: KernelGen, s: KFold, outs: list, r: str, ix: list, d: str, c
     GEMM micro-kernel; with one plane it is ``width`` per ``width + 1``).  The GMM's
     ``sum_i x[i, k, c] * y[i, k, r]`` (D = 32, K = 100, 327 points): 4.8 -> 2.8 ms; four
     planes were no faster than two, and compile for twice as long."""
-    elt = s.out.type.elt
-    ts = leaves(elt)
-    j = g.fresh("j")
     pre, ip = ix[:-2], ix[-2]
-    pos, rows = [], []
+    rows = []
     for u in range(FOLD_PLANES):
         p = g.fresh("pp")
         g.emit(f"{p} = {r} + {u} * {d} + {c}")
-        pos.append(p)
         plane = ip if u == 0 else f"({ip} + {u})"
-        rows.append([pre + [plane, c if t == 0 else f"({c} + {t})"] for t in range(width)])
-    accs = [[[g.fresh("acc") for _ in ts] for _ in range(width)] for _ in range(FOLD_PLANES)]
-    start = jlo
-    for u in range(FOLD_PLANES):
-        for t in range(width):
-            if jlo is not None:
-                g.set_vars(accs[u][t], ts, tuple(at(o, f"{pos[u]} + {t}") for o in outs))
-            elif s.z is not None:
-                g.set_vars(accs[u][t], ts, g.exp(s.z))
-                start = "0"
-            else:
-                g.set_vars(accs[u][t], ts, g.apply(s.src, (tuple(rows[u][t] + ["0"]),)))
-                start = "1"
+        rows += [(f"{p} + {t}", pre + [plane, c if t == 0 else f"({c} + {t})"])
+                 for t in range(width)]
+    _fold_rows(g, s, outs, rows, jlo, jhi)
+
+
+def _fold_rows(g: KernelGen, s: KFold, outs: list, rows: list, jlo: str | None,
+               jhi: str) -> None:
+    """Fold the block ``rows`` ((output position, multi-index atoms) per row) over ``j``
+    in ``jlo .. jhi-1`` with their accumulators in variables, one loop over ``j`` for
+    all of them.  ``jlo`` None: from the seed (or element 0); else from the rows'
+    values in the output."""
+    elt = s.out.type.elt
+    ts = leaves(elt)
+    j = g.fresh("j")
+    accs = [[g.fresh("acc") for _ in ts] for _ in rows]
+    if jlo is not None:
+        for acc, (pos, _) in zip(accs, rows):
+            g.set_vars(acc, ts, tuple(at(o, pos) for o in outs))
+        start = jlo
+    elif s.z is not None:
+        z = g.exp(s.z)
+        for acc in accs:
+            g.set_vars(acc, ts, z)
+        start = "0"
+    else:
+        for acc, (_, row) in zip(accs, rows):
+            g.set_vars(acc, ts, g.apply(s.src, (tuple(row + ["0"]),)))
+        start = "1"
     g.loop(j, f"range({start}, {jhi})")
-    for u in range(FOLD_PLANES):
-        for t in range(width):
-            x = g.apply(s.src, (tuple(rows[u][t] + [j]),))
-            acc = accs[u][t]
-            g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
+    for acc, (_, row) in zip(accs, rows):
+        x = g.apply(s.src, (tuple(row + [j]),))
+        g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
     g.ind -= 1
-    for u in range(FOLD_PLANES):
-        for t in range(width):
-            g.store(outs, f"{pos[u]} + {t}", tuple(accs[u][t]))
+    for acc, (pos, _) in zip(accs, rows):
+        g.store(outs, pos, tuple(acc))
 
 
 def _ops(*exprs) -> tuple:

@@ -393,9 +393,9 @@ class Runner:
         self._canonical: dict = {}  # host expression -> the first equal one seen
         self._replays: dict = {}  # argument shapes -> (threads, [_StepCall or None])
         self._planned = 0  # loop steps whose host expressions were evaluated
-        self._straight: dict = {}  # argument shapes -> StraightLine (compiled plans)
-        self._straight_ok = True  # False once building a driver failed
-        self._straight_calls = 0  # calls run by a straight-line driver
+        self._straight: dict = {}  # argument shapes -> StraightLine (wired plans)
+        self._straight_ok = True  # False once wiring a plan failed
+        self._straight_calls = 0  # calls run by a straight-line replay
         self._collect_uses(kp.body)
 
     # ---- preparation
@@ -452,8 +452,8 @@ class Runner:
         return out
 
     def _straighten(self, key: tuple, old) -> None:
-        """Compile the plan of ``key`` into a straight-line driver (``straight``) if it
-        can be and has changed since ``old`` (the key's previous driver or None)."""
+        """Wire the plan of ``key`` into a straight-line replay (``straight``) if it can
+        be and has changed since ``old`` (the key's previous replay or None)."""
         entry = self._replays.get(key)
         if entry is None or (old is not None and old.plans is entry[1]):
             return
@@ -729,8 +729,8 @@ class Runner:
                            f"{first}") from first
 
     def release_buffers(self) -> None:
-        """Forget the pooled buffers and the straight-line drivers' arenas (memory
-        returns once nothing else refers to it; drivers are rebuilt by later calls)."""
+        """Forget the pooled buffers and the straight-line replays' arenas (memory
+        returns once nothing else refers to it; replays are rewired by later calls)."""
         self._pool = BufferPool()
         self._straight = {}
 
@@ -756,6 +756,6 @@ class Runner:
             "module": getattr(self.module, "__file__", None),
             "launches": dict(self._counts),  # e.g. {"g_parallel": 2, "p_serial": 1}
             "planned_steps": self._planned,  # loop steps planned, not replayed
-            "straight_line_calls": self._straight_calls,  # one compiled driver each
+            "straight_line_calls": self._straight_calls,  # replays of a wired plan
             "check_bounds": self.check_bounds,
         }

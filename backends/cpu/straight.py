@@ -31,9 +31,10 @@ __all__ = ["StraightLine", "eligible"]
 
 
 def eligible(kp, plans: list) -> bool:
-    """Whether ``plans`` (one per top-level step, None for constants) can be compiled:
-    only loop steps and constants, and no plan depends on an element of a computed
-    array (the shapes of computed arrays are fixed by the plans of their steps)."""
+    """Whether ``plans`` (one per top-level step, None for constants) can be wired into a
+    straight-line replay: only loop steps and constants, and no plan depends on an
+    element of a computed array (the shapes of computed arrays are fixed by the plans of
+    their steps)."""
     params = {p.name for p in kp.params}
     for s, sc in zip(kp.body.steps, plans):
         if sc is None:
