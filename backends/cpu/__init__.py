@@ -26,7 +26,8 @@ Design in brief (details in the modules' docstrings):
   instead of two; no other fast-math licence); primitives follow ``accel.ast.prims``
   exactly (floored integer ``//``/``%`` with 0 for a zero divisor, NumPy's float floor
   division and remainder, integer powers with negative exponents, truncating
-  conversions with nan -> 0).  LLVM's SLP vectorizer is on for these kernels only
+  conversions with nan -> 0; ``exp`` within 1 ulp of NumPy's, by a vectorizable
+  polynomial, ``mathlib``).  LLVM's SLP vectorizer is on for these kernels only
   (``vectorize``).
 * Folds: parallel over rows, in blocks of up to 16 adjacent rows (independent
   accumulators, SLP-vectorized; sums of outer products also 2 rows of the dimension

@@ -50,6 +50,7 @@ from accel.errors import BackendError
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
                                   KUse)
 
+from . import mathlib
 from .vectorize import MARK
 
 # Runtime policy constants (read by the host at run time, so tests may lower them).  The
@@ -94,13 +95,15 @@ import math  # noqa: F401
 import numba as nb
 import numpy as np
 from numba import prange  # noqa: F401
-'''
+from numba import types as _nbt
+from numba.core.extending import intrinsic as _intrinsic
+''' + mathlib.SOURCE
 
 _CAST = {"float64": "np.float64", "float32": "np.float32", "int64": "np.int64",
          "int32": "np.int32", "bool": "np.bool_"}
 _NP_UNARY = {"sin": "np.sin", "cos": "np.cos", "tan": "np.tan", "asin": "np.arcsin",
              "acos": "np.arccos", "atan": "np.arctan", "sinh": "np.sinh", "cosh": "np.cosh",
-             "tanh": "np.tanh", "exp": "np.exp", "expm1": "np.expm1", "log": "np.log",
+             "tanh": "np.tanh", "expm1": "np.expm1", "log": "np.log",
              "log1p": "np.log1p", "sqrt": "np.sqrt", "floor": "np.floor", "ceil": "np.ceil",
              "round": "np.rint", "truncate": "np.trunc"}
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
@@ -527,6 +530,10 @@ class KernelGen:
             return self.assign(rt, f"{x} if ({x} {cmp} {y}{nan}) else {y}")
         if op == "not":
             return self.assign(rt, f"not {args[0]}" if t0.is_bool else f"~{args[0]}")
+        if op == "exp":  # mathlib: vectorizable, unlike libm's
+            if t0.name == "float64":
+                return self.assign(rt, f"_exp({args[0]})")
+            return self.assign(rt, cast(rt, f"_exp(np.float64({args[0]}))"))
         if op in _NP_UNARY:
             return self.assign(rt, f"{_NP_UNARY[op]}({args[0]})")
         if op == "atan2":

@@ -1,0 +1,121 @@
+"""Element loops of the cpu backend: the vectorizable ``exp`` (``mathlib``) and the tiles
+of rank >= 2 generates."""
+
+from __future__ import annotations
+
+import inspect
+import platform
+import re
+
+import numba
+import numpy as np
+import pytest
+
+from accel.ast import nodes as N
+from accel.ast.types import float32, float64
+from accel.fusion.kernels import KGenerate
+from accel.fusion.numpy_eval import evaluate
+from backends.cpu import prepare_kernels, vectorize
+from kernel_builders import P, at, av, dim, f64, ix_lam, kprog, sh
+
+
+def _exp_prog(elt):
+    xs, out = av(elt, 1, "x"), av(elt, 1, "y")
+    f = ix_lam(1, lambda i: P("exp", at(xs, i)))
+    return kprog((xs,), [KGenerate((out,), sh(dim(xs, 0)), f)], out)
+
+
+def _exp_arguments():
+    rng = np.random.default_rng(7)
+    edges = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-300, -1e-300, 5e-324,
+             709.78, 709.7827128933839, 709.79, 709.8, 710.0, 1e308,
+             -708.39, -708.4, -720.0, -744.44, -745.1332, -745.134, -745.2, -746.0, -1e308]
+    # n ln2 +- half a step: where the range reduction switches n
+    steps = np.arange(-1070, 1022) * np.log(2.0)
+    return np.concatenate([edges, rng.uniform(-760, 720, 20000), rng.normal(0, 4, 20000),
+                           steps, steps + 0.5 * np.log(2.0),
+                           np.nextafter(steps + 0.5 * np.log(2.0), np.inf)])
+
+
+def _ulps(got, want):
+    """|got - want| in units of the last place of ``want`` (finite, nonzero want)."""
+    return np.abs(got - want) / np.spacing(np.abs(want))
+
+
+def test_exp_is_within_an_ulp_of_numpy_with_the_same_specials():
+    x = _exp_arguments()
+    got = prepare_kernels(_exp_prog(float64))([x])
+    with np.errstate(over="ignore"):
+        want = np.exp(x)
+    finite = np.isfinite(want) & (want != 0)
+    assert _ulps(got[finite], want[finite]).max() <= 1.0
+    # overflow, underflow to zero, inf, nan and exact 1 at +-0 are NumPy's
+    np.testing.assert_array_equal(got[~finite], want[~finite])
+    assert got[0] == got[1] == 1.0
+    # subnormal results round once (two half scalings), as NumPy's
+    sub = finite & (want < np.finfo(np.float64).tiny)
+    assert sub.sum() > 100 and _ulps(got[sub], want[sub]).max() <= 1.0
+
+
+def test_exp_float32_rounds_the_float64_result():
+    x = _exp_arguments()
+    x = x[np.abs(x) < 120].astype(np.float32)
+    got = prepare_kernels(_exp_prog(float32))([x])
+    assert got.dtype == np.float32
+    with np.errstate(over="ignore"):
+        want = np.exp(x.astype(np.float64)).astype(np.float32)  # correctly rounded, almost
+    finite = np.isfinite(want) & (want != 0)
+    assert _ulps(got[finite], want[finite]).max() <= 1.0
+    np.testing.assert_array_equal(got[~finite], want[~finite])
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 assembly")
+def test_exp_loops_compile_to_vector_code_without_libm_calls():
+    """Guards the point of ``mathlib``: with numba's ``np.exp`` (a libm call per element)
+    a loop of exps is never vectorized."""
+    runner = prepare_kernels(_exp_prog(float64))
+    x = np.linspace(-5, 5, 1000)
+    runner([x])
+    (name,) = [n for n in vars(runner.module) if re.fullmatch(r"k\d+_g", n)]
+    py = getattr(runner.module, name).py_func
+    assert "_exp(" in inspect.getsource(py) and "np.exp" not in inspect.getsource(py)
+    fn = numba.njit(error_model="numpy", fastmath={"contract"})(py)  # codegen.FLAGS
+    fn.compile = vectorize._with_slp(fn.compile)
+    arr, i64 = numba.float64[::1], numba.int64
+    sig = tuple(i64 if p in ("lo", "hi", "c") else
+                numba.int64[::1] if p in ("shp", "err") else arr
+                for p in inspect.signature(py).parameters)
+    fn.compile(sig)
+    asm = fn.inspect_asm(sig)
+    packed_fma = len(re.findall(r"\bvfmadd\d+pd\s[^\n]*%[xyz]mm", asm))
+    assert packed_fma >= 10, f"exp loop not vectorized ({packed_fma} packed FMAs)"
+    assert not re.search(r"\bcall[q]?\s[^\n]*\bexp\b", asm)
+
+
+# --------------------------------------------------------------------------- tiles
+
+
+def _transposing_generate(rank):
+    """out[..., i, j] = (a[..., j, i] * 2, a[..., j, i] + i): a gather across the last two
+    dimensions, two outputs."""
+    a = av(float64, rank, "a")
+    o1, o2 = av(float64, rank, "o"), av(float64, rank, "o")
+
+    def body(*ix):
+        v = at(a, *ix[:-2], ix[-1], ix[-2])
+        return N.Tuple((P("mul", v, f64(2.0)), P("add", v, P("to_float64", ix[-2]))))
+
+    shape = sh(*[dim(a, d) for d in range(rank - 2)], dim(a, rank - 1), dim(a, rank - 2))
+    return kprog((a,), [KGenerate((o1, o2), shape, ix_lam(rank, body))], (o1, o2))
+
+
+@pytest.mark.parametrize("shape", [(3, 9, 1), (3, 9, 2), (2, 3, 40, 7), (4, 0, 2), (1, 1, 1),
+                                   (700, 5, 2), (2, 3, 70, 300)])
+def test_rank3_and_rank4_generates_in_tiles_match_the_reference(shape):
+    """Short rows (a tile per outer index), several tiles both ways, outer multi-indices
+    (rank 4), and parallel chunks starting mid-way."""
+    kp = _transposing_generate(len(shape))
+    a = np.random.default_rng(1).standard_normal(shape[:-2] + (shape[-1], shape[-2]))
+    got = prepare_kernels(kp)([a])
+    for g, w in zip(got, evaluate(kp, [a])):
+        np.testing.assert_array_equal(g, w)
