@@ -89,17 +89,23 @@ class Compiled:
         self.backend = backend
         self.check_bounds = check_bounds
         self._cache: dict = {}
+        self._by_dtypes: dict = {}  # ((dtype, ndim) per argument) -> an entry of _cache
         get_backend(backend)
         self.__name__ = getattr(fn, "__name__", "program")
         self.__doc__ = getattr(fn, "__doc__", None)
 
     def _entry(self, args):
+        key = tuple((a.dtype, a.ndim) for a in args)  # cheaper to hash than the types
+        entry = self._by_dtypes.get(key)
+        if entry is not None:
+            return entry
         sig = tuple(arg_type(a, i) for i, a in enumerate(args))
         entry = self._cache.get(sig)
         if entry is None:
             prog = optimise(trace_program(self.fn, sig))
             runner = prepare(prog, self.backend, self.check_bounds)
             entry = self._cache[sig] = (prog, runner)
+        self._by_dtypes[key] = entry
         return entry
 
     @located

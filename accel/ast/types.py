@@ -21,7 +21,7 @@ class Scalar:
 
     @property
     def dtype(self) -> np.dtype:
-        return np.dtype("bool" if self.name == "bool" else self.name)
+        return _DTYPES[self.name]
 
     @property
     def is_float(self) -> bool:
@@ -88,15 +88,13 @@ def shape_type(rank: int) -> TupleT:
     return TupleT((int64,) * rank)
 
 
+_SCALARS = {np.dtype(t.name): t for t in (float32, float64, int32, int64, bool_)}
+_DTYPES = {t.name: d for d, t in _SCALARS.items()}
+
+
 def scalar_of_dtype(dtype) -> Scalar:
     """The accel scalar type of a NumPy dtype (raises KeyError if unsupported)."""
-    return {
-        np.dtype("float32"): float32,
-        np.dtype("float64"): float64,
-        np.dtype("int32"): int32,
-        np.dtype("int64"): int64,
-        np.dtype("bool"): bool_,
-    }[np.dtype(dtype)]
+    return _SCALARS[np.dtype(dtype)]
 
 
 def leaves(t) -> list:
