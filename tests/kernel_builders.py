@@ -1,4 +1,5 @@
-"""Builders of kernel-program IR for the backend tests (test_cpu_backend, test_cuda_backend)."""
+"""Builders of kernel-program IR for the backend tests (test_cpu_backend, test_cuda_backend),
+and the assembly of a generated cpu kernel."""
 
 from __future__ import annotations
 
@@ -49,3 +50,25 @@ def kprog(params, steps, result):
     res = tuple(result) if isinstance(result, (tuple, list)) else (result,)
     rt = ATupleT(tuple(r.type for r in res)) if isinstance(result, (tuple, list)) else result.type
     return KernelProgram(tuple(params), KBlock(tuple(steps), res), rt)
+
+
+def kernel_asm(runner, name_pattern: str):
+    """``(python function, x86 assembly)`` of the generated function of ``runner`` whose
+    name matches ``name_pattern`` (e.g. ``k\\d+_b``), compiled again uncached (numba
+    cannot inspect cached code) with codegen.FLAGS, through the same SLP wrapper."""
+    import inspect
+    import re
+
+    import numba
+
+    from backends.cpu import vectorize
+    (name,) = [n for n in vars(runner.module) if re.fullmatch(name_pattern, n)]
+    py = getattr(runner.module, name).py_func
+    fn = numba.njit(error_model="numpy", fastmath={"contract"})(py)
+    fn.compile = vectorize._with_slp(fn.compile)
+    arr, i64_t = numba.float64[::1], numba.int64
+    sig = tuple(i64_t if p in ("lo", "hi", "c") else
+                numba.int64[::1] if p in ("shp", "err") else arr
+                for p in inspect.signature(py).parameters)
+    fn.compile(sig)
+    return py, fn.inspect_asm(sig)

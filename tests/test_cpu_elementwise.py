@@ -7,7 +7,6 @@ import inspect
 import platform
 import re
 
-import numba
 import numpy as np
 import pytest
 
@@ -15,8 +14,8 @@ from accel.ast import nodes as N
 from accel.ast.types import float32, float64
 from accel.fusion.kernels import KGenerate
 from accel.fusion.numpy_eval import evaluate
-from backends.cpu import prepare_kernels, vectorize
-from kernel_builders import P, at, av, dim, f64, ix_lam, kprog, sh
+from backends.cpu import prepare_kernels
+from kernel_builders import P, at, av, dim, f64, ix_lam, kernel_asm, kprog, sh
 
 
 def _exp_prog(elt):
@@ -76,17 +75,8 @@ def test_exp_loops_compile_to_vector_code_without_libm_calls():
     runner = prepare_kernels(_exp_prog(float64))
     x = np.linspace(-5, 5, 1000)
     runner([x])
-    (name,) = [n for n in vars(runner.module) if re.fullmatch(r"k\d+_g", n)]
-    py = getattr(runner.module, name).py_func
+    py, asm = kernel_asm(runner, r"k\d+_g")
     assert "_exp(" in inspect.getsource(py) and "np.exp" not in inspect.getsource(py)
-    fn = numba.njit(error_model="numpy", fastmath={"contract"})(py)  # codegen.FLAGS
-    fn.compile = vectorize._with_slp(fn.compile)
-    arr, i64 = numba.float64[::1], numba.int64
-    sig = tuple(i64 if p in ("lo", "hi", "c") else
-                numba.int64[::1] if p in ("shp", "err") else arr
-                for p in inspect.signature(py).parameters)
-    fn.compile(sig)
-    asm = fn.inspect_asm(sig)
     packed_fma = len(re.findall(r"\bvfmadd\d+pd\s[^\n]*%[xyz]mm", asm))
     assert packed_fma >= 10, f"exp loop not vectorized ({packed_fma} packed FMAs)"
     assert not re.search(r"\bcall[q]?\s[^\n]*\bexp\b", asm)

@@ -3,7 +3,6 @@ SLP vectorizer scoped to accel's kernels (``vectorize``)."""
 
 from __future__ import annotations
 
-import inspect
 import platform
 import re
 
@@ -14,11 +13,11 @@ import pytest
 import accel as A
 from accel.fusion.kernels import KFold, KGenerate
 from accel.fusion.numpy_eval import evaluate
-from backends.cpu import prepare_kernels, vectorize
+from backends.cpu import prepare_kernels
 from backends.cpu.layout import transpose_reads
 from accel.ast import nodes as N
 from accel.ast.types import float64
-from kernel_builders import P, at, av, dim, ix_lam, kprog, lam, sh
+from kernel_builders import P, at, av, dim, ix_lam, kernel_asm, kprog, lam, sh
 
 
 def _matvec_prog(reads_row_last_first: bool):
@@ -118,16 +117,7 @@ def test_row_blocks_compile_to_packed_vector_instructions():
     through the same SLP wrapper."""
     kp, _ = _matvec_prog(True)
     runner = prepare_kernels(kp)
-    (name,) = [n for n in vars(runner.module) if re.fullmatch(r"k\d+_b", n)]
-    py = getattr(runner.module, name).py_func
-    fn = numba.njit(error_model="numpy", fastmath={"contract"})(py)  # codegen.FLAGS
-    fn.compile = vectorize._with_slp(fn.compile)
-    arr, i64 = numba.float64[::1], numba.int64
-    sig = tuple(i64 if p in ("lo", "hi", "c") else
-                numba.int64[::1] if p in ("shp", "err") else arr
-                for p in inspect.signature(py).parameters)
-    fn.compile(sig)
-    asm = fn.inspect_asm(sig)
+    _, asm = kernel_asm(runner, r"k\d+_b")
     packed = len(re.findall(r"\bv(?:mul|add|fmadd\d+)pd\s[^\n]*%[yz]mm", asm))
     scalar = len(re.findall(r"\bv(?:mul|add|fmadd\d+)sd\s", asm))
     # measured (before FMAs): 18 packed, 10 scalar (rows left over in
