@@ -110,6 +110,14 @@ def kind_of(path) -> str:
 # --------------------------------------------------------------------------- tools
 
 
+def accel_tool_name(backend: str) -> str:
+    """``accel-<backend>``, with ``+ftz`` when the cpu backend flushes subnormals
+    (``ACCEL_FLUSH_SUBNORMALS``, as XLA always does on CPUs): the mode changes results
+    and speed, so it is part of the name in the CSV and the plot."""
+    from backends.cpu import fpmode
+    return f"accel-{backend}{'+ftz' if backend == 'cpu' and fpmode.flush_subnormals() else ''}"
+
+
 class Tool:
     """A named pair of callables ``objective()`` and ``derivative()`` for one input."""
 
@@ -127,7 +135,7 @@ def _gmm_tools(inp, names, backends):
     if "accel" in names:
         for be in backends:
             runner = _gmm.GMMRunner(be)
-            t = Tool(f"accel-{be}")
+            t = Tool(accel_tool_name(be))
             t.compiled = True
             t.objective = lambda r=runner: r.objective(inp)
             t.derivative = lambda r=runner: r.value_and_gradient(inp)[1]
@@ -440,6 +448,7 @@ def run_bench(args) -> int:
         w.writerows(rows)
     print(f"\nwrote {csv_path}; process max RSS {max_rss_mb():.0f} MB")
     print_ratios(rows)
+    print_versus(rows)
     png = plot(rows, os.path.join(args.out, "bench.png"))
     if png:
         print(f"wrote {png}")
@@ -467,6 +476,52 @@ def print_ratios(rows):
             s = by.get((f, what, t))
             cells.append(f"{s / base[(f, what)]:14.2f}" if s else f"{'-':>14s}")
         print(f"  {f:34s} {what:9s} " + " ".join(cells))
+
+
+def _geomean(xs) -> float:
+    return float(np.exp(np.mean(np.log(xs))))
+
+
+def print_versus(rows):
+    """Each other tool's time over accel's (above 1: accel is faster) per file, and
+    accel's derivative/objective time ratio, with geometric means: the issue's targets."""
+    accel = sorted({r["tool"] for r in rows if r["tool"].startswith("accel")})
+    if not accel:
+        return
+    ref = accel[-1]  # accel-cpu(+ftz) when measured, else the last backend
+    others = sorted({r["tool"] for r in rows} - {ref})
+    by = {(r["file"], r["what"], r["tool"]): r["seconds"] for r in rows}
+    keys = sorted({(r["file"], r["what"]) for r in rows if r["tool"] == ref
+                   and r["what"] != "objective"})
+    if not keys:
+        return
+    print(f"\ntime / {ref} time (derivatives), and {ref}'s derivative / objective time:")
+    print(f"  {'file':34s} {'what':9s} " + " ".join(f"{t:>14s}" for t in others)
+          + f" {'deriv/obj':>10s}")
+    cols: dict = {t: [] for t in others + ["deriv/obj"]}
+    for f, what in keys:
+        cells = []
+        for t in others:
+            s = by.get((f, what, t))
+            if s:
+                cols[t].append(s / by[(f, what, ref)])
+            cells.append(f"{cols[t][-1]:14.2f}" if s else f"{'-':>14s}")
+        obj = by.get((f, "objective", ref))
+        if obj:
+            cols["deriv/obj"].append(by[(f, what, ref)] / obj)
+        cells.append(f"{cols['deriv/obj'][-1]:10.2f}" if obj else f"{'-':>10s}")
+        print(f"  {f:34s} {what:9s} " + " ".join(cells))
+    print(f"  {'geometric mean':34s} {'':9s} "
+          + " ".join(f"{_geomean(v):14.2f}" if v else f"{'-':>14s}" for t, v in cols.items()
+                     if t != "deriv/obj")
+          + (f" {_geomean(cols['deriv/obj']):10.2f}" if cols["deriv/obj"] else ""))
+    for t in others:
+        if cols[t]:
+            print(f"  {ref} faster than {t} on {sum(v > 1 for v in cols[t])} of "
+                  f"{len(cols[t])}")
+    if cols["deriv/obj"]:
+        print(f"  derivative/objective <= 3 on {sum(v <= 3 for v in cols['deriv/obj'])} of "
+              f"{len(cols['deriv/obj'])} (max {max(cols['deriv/obj']):.2f})")
 
 
 def plot(rows, path):

@@ -5,6 +5,7 @@ the writers and the command line."""
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -431,3 +432,16 @@ def test_cli_bench_writes_csv(tmp_path):
                    for tool in ("accel-fused", "numpy") for w in ws}
     assert all(float(x["max_metric_vs_numpy"]) <= TOL for x in rows)
     assert "time / numpy time" in r.stdout
+    assert "time / accel-fused time" in r.stdout
+    assert "accel-fused faster than numpy on" in r.stdout
+    assert "derivative/objective <= 3 on" in r.stdout
+
+
+def test_bench_names_the_flush_mode(monkeypatch):
+    from adbench.bench import accel_tool_name
+    monkeypatch.delenv("ACCEL_FLUSH_SUBNORMALS", raising=False)
+    assert accel_tool_name("cpu") == "accel-cpu"
+    monkeypatch.setenv("ACCEL_FLUSH_SUBNORMALS", "1")
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        assert accel_tool_name("cpu") == "accel-cpu+ftz"
+    assert accel_tool_name("fused") == "accel-fused"  # NumPy's exact arithmetic

@@ -50,7 +50,7 @@ from accel.errors import BackendError
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
                                   KUse)
 
-from . import mathlib
+from . import fpmode, mathlib
 from .vectorize import MARK
 
 # Runtime policy constants (read by the host at run time, so tests may lower them).  The
@@ -257,15 +257,17 @@ class KernelGen:
             self.parallel.append(phase)
         self.ind = 1
 
-    def texts(self, base: str) -> list:
-        """The source of every function of the step, named ``base_<phase>``."""
+    def texts(self, base: str, flush: bool = False) -> list:
+        """The source of every function of the step, named ``base_<phase>`` (``flush``:
+        each sets and restores the floating-point mode, ``fpmode``)."""
         ins = [b for av in self.array_order for b in self.arrays[av.name].leaves]
         args = ", ".join(self.work + ins + ["shp", "err"])
         pro = [f"    s{i} = shp[{i}]" for i in range(len(self.layout))]
+        fp = ([fpmode.PROLOGUE], [fpmode.EPILOGUE]) if flush else ([], [])
         out = []
         for phase, lines in self.funcs.items():
             head = "lo, hi, c, " if self.kinds[phase] == "range" else ""
-            body = _fill_empty_blocks(pro + lines)
+            body = fp[0] + _fill_empty_blocks(pro + lines) + fp[1]
             out.append("\n".join([SERIAL, f"def {base}_{phase}({head}{args}):"] + body))
         for phase in self.parallel:  # a driver per phase: only phases run are compiled
             out.append("\n".join([
@@ -1408,6 +1410,7 @@ _RECURSION_LIMIT = 20000
 
 
 def _generate(body: KBlock, check_bounds: bool) -> Module:
+    flush = fpmode.flush_subnormals()
     steps: dict = {}  # text of a step's functions (base name KERNEL) -> base name
     texts: list = []
     mod = Module("")
@@ -1417,7 +1420,7 @@ def _generate(body: KBlock, check_bounds: bool) -> Module:
             gen = _GEN.get(type(s))
             if gen is not None:
                 g, extra = gen(s, check_bounds)
-                text = "\n\n".join(g.texts("KERNEL"))
+                text = "\n\n".join(g.texts("KERNEL", flush))
                 name = steps.get(text)
                 if name is None:  # identical steps share their functions
                     name = steps[text] = f"k{len(steps)}"
@@ -1437,5 +1440,6 @@ def _generate(body: KBlock, check_bounds: bool) -> Module:
                 raise BackendError(f"cpu backend: unknown kernel step {type(s).__name__}")
 
     visit(body)
-    mod.source = HEADER + "".join("\n\n" + t for t in texts)
+    mod.source = (HEADER + (fpmode.SOURCE if flush else "")
+                  + "".join("\n\n" + t for t in texts))
     return mod
