@@ -42,6 +42,8 @@ Design in brief (details in the modules' docstrings):
   or for ``+``/``*``/``max``/``min`` on numbers and a large source, 2 to 16 private
   buffers (chunks of the source in parallel; as many as the shapes make worth it)
   merged in order.
+* Subnormals are exact unless ``ACCEL_FLUSH_SUBNORMALS=1`` at compile time, which has
+  every kernel function set and restore FTZ/DAZ (``fpmode``).
 * Programs whose plan depends only on their arguments' shapes replay it as a list of
   kernel calls (``straight``), without re-evaluating host expressions.
 * ``check_bounds=True``: every ``Index`` and kept permute target is checked; a failure
