@@ -66,6 +66,7 @@ def test_bounds_failure_on_a_driver_raises_the_step_paths_error_and_recovers():
     with pytest.raises(OutOfBoundsError, match=r"index \(7,\) is out of bounds for shape \(5,\)"):
         prog(x, np.array([0, 7, 2], dtype=np.int64))
     np.testing.assert_array_equal(prog(x, ok), x[ok] * 2)
+    assert _runner(prog).stats()["straight_line_calls"] == 3  # the replay's flag was reset
 
 
 def test_concurrent_callers_get_their_own_results():

@@ -105,16 +105,27 @@ class StraightLine:
                          sc.shp) for fn, lead, _ in sc.calls]
             steps.append((fills, launches))
         self.nres = nres
-        nin = len(self.inputs)
-        base = {"r": nin, "f": nin + nres}  # argument slots are plain ints
-        self.steps = [([(base[k] + i, v) for (k, i), v in fills],
-                       [(fn, lead, tuple(x if isinstance(x, int) else base[x[0]] + x[1]
-                                         for x in slots), shp)
-                        for fn, lead, slots, shp in launches])
-                      for fills, launches in steps]
         self.fixed_bufs = fixed
         self.arena = fixed[len(self.fixed):]  # intermediate arrays and scratch buffers
         self.guards = _merge_guards(plans, {p.name for p in kp.params})
+        self.err = np.zeros(ERR_SIZE, dtype=np.int64)  # zero between calls
+        # Each launch's argument list is built here: a call only puts the buffers of its
+        # arguments and results (``bufs`` in ``run``: slots numbered from 0) into copies
+        # of the lists that have any, which saves most of the host's time per launch.
+        nin = len(self.inputs)
+
+        def arena_buffer(x):
+            return fixed[x[1]] if isinstance(x, tuple) and x[0] == "f" else None
+
+        self.steps = []  # ([(arena buffer, fill value)], [(kernel, arguments, varying)])
+        for fills, launches in steps:
+            calls = []
+            for fn, lead, slots, shp in launches:
+                args = [*lead, *map(arena_buffer, slots), shp, self.err]
+                varying = tuple((len(lead) + p, x if isinstance(x, int) else nin + x[1])
+                                for p, x in enumerate(slots) if arena_buffer(x) is None)
+                calls.append((fn, args if varying else tuple(args), varying))
+            self.steps.append(([(fixed[i], v) for (_, i), v in fills], calls))
 
     def run(self, runner, inputs: list, taken: list):
         """The program's arrays by name (results, arguments, constants) on ``inputs`` (an
@@ -130,14 +141,18 @@ class StraightLine:
             for name, shape, lv in self.results:
                 res[name] = ArrVal(shape, [take(size, dt, taken) for size, dt in lv])
                 bufs += res[name].leaves
-            bufs += self.fixed_bufs
-            err = np.zeros(ERR_SIZE, dtype=np.int64)
-            for fills, launches in self.steps:
-                for slot, value in fills:
-                    bufs[slot].fill(value)
-                for fn, lead, slots, shp in launches:
-                    fn(*lead, *[bufs[i] for i in slots], shp, err)
-                if err[0] != 0:
+            err = self.err
+            for fills, calls in self.steps:
+                for buf, value in fills:
+                    buf.fill(value)
+                for fn, args, varying in calls:
+                    if varying:
+                        args = args.copy()
+                        for pos, slot in varying:
+                            args[pos] = bufs[slot]
+                    fn(*args)
+                if err[0] != 0:  # the step-by-step run that follows raises the error
+                    err[:] = 0
                     return None
         finally:
             self.lock.release()
