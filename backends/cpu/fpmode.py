@@ -56,6 +56,7 @@ EPILOGUE = "    _restore_mxcsr(fpm_)"
 SOURCE = '''
 
 def _mxcsr_call(builder, name, ptr):
+    """``name`` (LLVM's stmxcsr or ldmxcsr) on the 32-bit slot ``ptr``."""
     from llvmlite import ir
     i8p = ir.IntType(8).as_pointer()
     fn = builder.module.declare_intrinsic(name, fnty=ir.FunctionType(ir.VoidType(), [i8p]))
@@ -67,10 +68,11 @@ def _flush_subnormals_on(typingctx):
     """Set MXCSR's FTZ and DAZ bits; the previous MXCSR."""
     def codegen(context, builder, signature, args):
         from llvmlite import ir
-        old = builder.alloca(ir.IntType(32))
+        from numba.core.cgutils import alloca_once  # slots in the entry block
+        old = alloca_once(builder, ir.IntType(32))
         _mxcsr_call(builder, "llvm.x86.sse.stmxcsr", old)
         prev = builder.load(old)
-        new = builder.alloca(ir.IntType(32))
+        new = alloca_once(builder, ir.IntType(32))
         builder.store(builder.or_(prev, ir.Constant(ir.IntType(32), 0x8040)), new)
         _mxcsr_call(builder, "llvm.x86.sse.ldmxcsr", new)
         return builder.zext(prev, ir.IntType(64))
@@ -82,7 +84,8 @@ def _restore_mxcsr(typingctx, prev):
     """Put back the MXCSR that ``_flush_subnormals_on`` returned."""
     def codegen(context, builder, signature, args):
         from llvmlite import ir
-        slot = builder.alloca(ir.IntType(32))
+        from numba.core.cgutils import alloca_once
+        slot = alloca_once(builder, ir.IntType(32))
         builder.store(builder.trunc(args[0], ir.IntType(32)), slot)
         _mxcsr_call(builder, "llvm.x86.sse.ldmxcsr", slot)
         return context.get_dummy_value()
