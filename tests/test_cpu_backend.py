@@ -19,6 +19,7 @@ import pytest
 _CACHE = tempfile.mkdtemp(prefix="accel-cpu-test-")
 os.environ["ACCEL_CACHE_DIR"] = _CACHE
 
+import accel as A  # noqa: E402
 from accel.ast import nodes as N  # noqa: E402
 from accel.ast.types import (ATupleT, TupleT, bool_, float32, float64, int32,  # noqa: E402
                              int64, shape_type)
@@ -562,6 +563,29 @@ def test_parallel_scatters_take_as_many_private_buffers_as_pay():
     assert _permute_chunks(200_000, 200_000) == 2
     assert _permute_chunks(200_001, 200_000) == 0  # two buffers would cost more
     assert _permute_chunks(10, codegen.PERMUTE_PAR_MIN_SRC - 1) == 0  # too few sources
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_permute_from_rank3_sources_walks_every_index(small_chunks, check):
+    """Scatters of rank-3 sources carry the source's multi-index from element to
+    element, from each chunk's first element on: a target made of all three indices (a
+    lower-triangle pack, like the GMM's icf gradient, with collisions over the first
+    dimension), serial and in parallel chunks that start inside rows."""
+    def pack(x):
+        d = x.shape[2]
+        zeros = A.fill((d * (d + 1) // 2,), 0.0)
+        return A.permute(lambda a, b: a + b, zeros,
+                         lambda ix: A.cond(ix[2] <= ix[1],
+                                           ((ix[1] * (ix[1] + 1)) // 2 + ix[2],), A.ignore),
+                         x)
+
+    rng = np.random.default_rng(8)
+    prog = A.compile(pack, check_bounds=check)
+    for shape in [(3, 4, 4), (7, 13, 13), (37, 11, 11)]:  # the last: 4477 sources
+        x = rng.standard_normal(shape)
+        rows, cols = np.tril_indices(shape[1])
+        np.testing.assert_allclose(prog(x), x[:, rows, cols].sum(axis=0), rtol=1e-12)
+    assert prog.stats(x)["launches"].get("p_parallel")
 
 
 def test_permute_max_int_and_non_recognised_combination():

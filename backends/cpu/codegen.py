@@ -1346,9 +1346,14 @@ def gen_permute(s: KPermute, check: bool):
     bufs = ["priv"] if fast else outs
     base = g.fresh("pb")
     g.emit(f"{base} = c * {tn}" if fast else f"{base} = 0")
+    # the source's multi-index is carried from element to element (divisions by the
+    # dimensions, once per element, were most of a scatter's time)
+    ix = [g.fresh("i") for _ in sdims]
+    for v, a in zip(ix, g.unravel("lo", sdims)):
+        g.emit(f"{v} = {a}")
     k = g.fresh("k")
     g.loop(k, "range(lo, hi)")
-    ix = g.unravel(k, sdims)
+    body = g.ind
     tv = g.apply(s.target, (tuple(ix),))
     keep, tix = tv[0], flat(tv[1])
     g.emit(f"if {keep}:")
@@ -1357,8 +1362,9 @@ def gen_permute(s: KPermute, check: bool):
         g.emit(f"if not ({g.in_bounds(tix, tdims)}):")
         g.ind += 1
         g.record(Site("permute (target index)", None, len(tix)), tix)
-        g.emit("continue")
         g.ind -= 1
+        g.emit("else:")
+        g.ind += 1
     lin = g.offset(tix, tdims)
     pos = g.fresh("pos")
     g.emit(f"{pos} = {base} + {lin}")
@@ -1367,6 +1373,8 @@ def gen_permute(s: KPermute, check: bool):
     new = flat(g.apply(s.comb, (v, old)))
     for b, a in zip(bufs, new):
         g.emit(f"{at(b, pos)} = {a}")
+    g.ind = body
+    _increment(g, ix, sdims)
     if fast:
         g.begin("m")
         k, c, acc = g.fresh("k"), g.fresh("c"), g.fresh("acc")
