@@ -1,5 +1,5 @@
 """The cpu backend's straight-line drivers (backends/cpu/straight.py): a program whose
-plan depends only on its arguments runs as one compiled function per replayed plan;
+plan depends only on its arguments replays it as a precomputed list of kernel calls;
 every other case (changed sizes, a bounds failure, a busy arena, data-dependent plans,
 control flow) must still give the interpreter's results through the step-by-step path."""
 
@@ -126,3 +126,26 @@ def test_release_buffers_drops_the_arenas_and_later_calls_rebuild_them():
         got = prog(x, c)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
     assert _runner(prog)._straight
+
+
+def test_replays_call_entry_points_and_kernels_shared_across_dtypes_stay_right():
+    """A replay calls a kernel's compiled entry point when it has one specialisation.
+    The same kernel text compiled for float64 and then int64 (one module, one
+    dispatcher with two specialisations) must keep both signatures' results right."""
+    def double(x):
+        return A.map(lambda v: v + v, x)
+
+    f64, i64 = np.arange(6.0), np.arange(6)
+    prog64, progi = A.compile(double), A.compile(double)
+    for _ in range(3):
+        np.testing.assert_array_equal(prog64(f64), 2 * f64)
+    (line,) = _runner(prog64)._straight.values()
+    (fn, _, _), = line.steps[0][1]
+    assert type(fn).__name__ != "CPUDispatcher", fn  # numba's compiled wrapper
+    for _ in range(3):
+        got = progi(i64)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, 2 * i64)
+        np.testing.assert_array_equal(prog64(f64 + 1), 2 * (f64 + 1))
+    shared = _runner(prog64).module
+    assert _runner(progi).module is shared and len(shared.k0_g.overloads) == 2
