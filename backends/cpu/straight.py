@@ -46,8 +46,9 @@ def eligible(kp, plans: list) -> bool:
 
 
 class StraightLine:
-    """The replay of one plan (see the module docstring).  Buffer slots: the program's
-    argument leaves, the constants, the results, then the arena."""
+    """The replay of one plan (see the module docstring): a call's buffers are the
+    program's argument leaves and then its results'; constants and the arena are
+    bound into the launches once."""
 
     def __init__(self, runner, plans: list, threads: int):
         kp = runner.kp
@@ -56,28 +57,33 @@ class StraightLine:
         self.lock = threading.Lock()
         self.counts = collections.Counter(c for sc in plans if sc is not None
                                           for _, _, c in sc.calls)
-        where: dict = {}  # array name -> slots of its leaves
+        # Every leaf buffer is either an int, its position in a call's ``bufs`` (the
+        # arguments' leaves, then the results'), or the ndarray itself (constants and the
+        # arena, fixed for the replay's life).  Each launch's argument list is built here;
+        # a call only copies the lists that take arguments or results and puts those in.
+        where: dict = {}  # array name -> its leaf buffers
         self.inputs: list = []  # (argument index, leaf index) per argument slot
         for i, p in enumerate(kp.params):
             where[p.name] = []
             for k in range(len(leaves(p.type.elt))):
                 where[p.name].append(len(self.inputs))
                 self.inputs.append((i, k))
-        fixed: list = []  # constant buffers, then the arena
+        nin = len(self.inputs)
         self.fixed: dict = {}  # constant arrays by name (results may be constants)
         for s in kp.body.steps:
             if isinstance(s, KUse):
                 self.fixed[s.out.name] = runner._uses[id(s)]
-                fixed.append(self.fixed[s.out.name].leaves[0])
-                where[s.out.name] = [("f", len(fixed) - 1)]
+                where[s.out.name] = [self.fixed[s.out.name].leaves[0]]
         results = {r.name for r in kp.body.result}
         self.results: list = []  # (array name, shape, [(size, dtype)] per leaf)
+        self.arena: list = []  # intermediate arrays and scratch buffers
+        self.err = np.zeros(ERR_SIZE, dtype=np.int64)  # zero between calls
+        self.steps: list = []  # ([(arena buffer, fill value)], [(kernel, arguments, varying)])
         nres = 0
-        steps: list = []  # (fills, launches) per loop step
 
         def arena(size, dtype):
-            fixed.append(np.empty(size, dtype=dtype))
-            return ("f", len(fixed) - 1)
+            self.arena.append(np.empty(size, dtype=dtype))
+            return self.arena[-1]
 
         for s, sc in zip(kp.body.steps, plans):
             if sc is None:
@@ -85,7 +91,7 @@ class StraightLine:
             outs = []
             for avar, (shape, size, dts) in zip(step_outs(s), sc.outs):
                 if avar.name in results:
-                    ps = [("r", nres + k) for k in range(len(dts))]
+                    ps = list(range(nin + nres, nin + nres + len(dts)))
                     nres += len(dts)
                     self.results.append((avar.name, shape, [(size, dt) for dt in dts]))
                 else:
@@ -101,31 +107,16 @@ class StraightLine:
                 if w[0] == "f":
                     fills.append((work[-1], w[3]))
             slots = work + [b for a in sc.plan.inputs for b in where[a.name]]
-            launches = [(_entry(runner._ready.get(fn) or getattr(runner.module, fn)), lead,
-                         slots, sc.shp) for fn, lead, _ in sc.calls]
-            steps.append((fills, launches))
-        self.nres = nres
-        self.fixed_bufs = fixed
-        self.arena = fixed[len(self.fixed):]  # intermediate arrays and scratch buffers
-        self.guards = _merge_guards(plans, {p.name for p in kp.params})
-        self.err = np.zeros(ERR_SIZE, dtype=np.int64)  # zero between calls
-        # Each launch's argument list is built here: a call only puts the buffers of its
-        # arguments and results (``bufs`` in ``run``: slots numbered from 0) into copies
-        # of the lists that have any, which saves most of the host's time per launch.
-        nin = len(self.inputs)
-
-        def arena_buffer(x):
-            return fixed[x[1]] if isinstance(x, tuple) and x[0] == "f" else None
-
-        self.steps = []  # ([(arena buffer, fill value)], [(kernel, arguments, varying)])
-        for fills, launches in steps:
             calls = []
-            for fn, lead, slots, shp in launches:
-                args = [*lead, *map(arena_buffer, slots), shp, self.err]
-                varying = tuple((len(lead) + p, x if isinstance(x, int) else nin + x[1])
-                                for p, x in enumerate(slots) if arena_buffer(x) is None)
-                calls.append((fn, args if varying else tuple(args), varying))
-            self.steps.append(([(fixed[i], v) for (_, i), v in fills], calls))
+            for fn, lead, _ in sc.calls:
+                args = [*lead, *(None if isinstance(x, int) else x for x in slots), sc.shp,
+                        self.err]
+                varying = tuple((len(lead) + p, x) for p, x in enumerate(slots)
+                                if isinstance(x, int))
+                calls.append((_entry(runner._ready.get(fn) or getattr(runner.module, fn)),
+                              args if varying else tuple(args), varying))
+            self.steps.append((fills, calls))
+        self.guards = _merge_guards(plans, {p.name for p in kp.params})
 
     def run(self, runner, inputs: list, taken: list):
         """The program's arrays by name (results, arguments, constants) on ``inputs`` (an
