@@ -99,6 +99,28 @@ def test_gmm_gradient_kernels_never_build_the_point_component_matrix_products():
     assert sum(_outer_major(s) for s in folds) >= 3
 
 
+def test_logsumexp_floor_keeps_values_and_drops_only_subnormal_weights():
+    """Shifts down to the floor (-700) keep their exact weights; below it the value is
+    unchanged and the weight is exactly 0, never a subnormal (a multiply touching one is a
+    microcode assist on x86)."""
+    v = np.array([[0.0, -5.0, -650.0, -720.0],
+                  [3.0, 2.5, -699.0, -1e4],
+                  [-1.0, -1.0, -1.0, -1.0]])
+    mx = v.max(axis=1, keepdims=True)
+    exact = np.exp(v - mx)
+    exact_lse = np.log(exact.sum(axis=1)) + mx[:, 0]
+    lse = A.run(gmm.logsumexp, v, backend="interpreter")
+    np.testing.assert_allclose(lse, exact_lse, rtol=1e-15)
+    g = A.run(A.gradientA(lambda a: A.sum_all(gmm.logsumexp(a))), v, backend="interpreter")
+    softmax = exact / exact.sum(axis=1, keepdims=True)
+    kept = v - mx >= gmm.LSE_FLOOR
+    np.testing.assert_allclose(g[kept], softmax[kept], rtol=1e-13)
+    assert softmax[0, 2] > 0 and g[0, 2] > 0                 # e^-650 is kept
+    assert 0 < softmax[0, 3] < np.finfo(float).tiny          # exactly, e^-720 is subnormal
+    assert np.all(g[~kept] == 0.0)
+    assert not np.any((g != 0) & (np.abs(g) < np.finfo(float).tiny))
+
+
 @pytest.mark.parametrize("stem", ["test", "1k/gmm_d2_K5", "1k/gmm_d10_K5"])
 def test_numpy_objective_and_manual_gradient_match_golden(stem):
     inp = aio.read_gmm(gmm_file(stem + ".txt"))
