@@ -76,6 +76,39 @@ def test_kink_conventions():
     assert np.isinf(glog[0])
 
 
+def test_discrete_paths_carry_no_derivative_not_a_zero_one():
+    """An array reached only through ``floor`` gets no adjoint at all (as JAX's symbolic
+    zeros), so an infinite derivative upstream (sqrt at 0) does not turn 0 * inf into NaN,
+    in maps and in either argument of a zip_with, and reverse agrees with forward mode."""
+    x = np.array([0.0, 2.25, 7.0])
+
+    def via_map(a):
+        return A.the(A.sum_all(A.zip_with(lambda u, v: u + v, a,
+                                          A.map(A.floor, A.map(A.sqrt, a)))))
+
+    def via_zip(a):
+        r = A.map(A.sqrt, a)
+        return A.the(A.sum_all(A.zip_with(lambda u, v: 3.0 * u + A.floor(v), a, r)))
+
+    def shift_by_floor_of_max(a):  # logsumexp's shift: the max's tie dual never runs
+        m = A.map(A.floor, A.maximum(a))
+        return A.the(A.sum(A.zip_with(lambda u, c: A.exp(u - c), a,
+                                      A.replicate((3,), m))))
+
+    for f, want in ((via_map, [1.0, 1.0, 1.0]), (via_zip, [3.0, 3.0, 3.0]),
+                    (shift_by_floor_of_max, np.exp(x - 7.0))):
+        g = run(A.gradientA(f), x)
+        np.testing.assert_allclose(g, want, rtol=1e-15)
+        _, tangent = A.jvp(f, (x,), (np.ones(3),))
+        np.testing.assert_allclose(float(tangent), np.sum(want), rtol=1e-15)
+    # and the gradient program never compares elements with the maximum (its tie split)
+    from accel.ast import nodes as N
+    from accel.ast.traverse import walk
+    from accel.frontend import arg_type, trace_program
+    prog = trace_program(A.gradientA(shift_by_floor_of_max), (arg_type(x, 0),))
+    assert not [n for n in walk(prog.body) if isinstance(n, N.PrimApp) and n.op == "eq"]
+
+
 def test_product_with_zeros():
     g = run(A.gradientA(lambda a: A.the(A.product(a))), np.array([2.0, 0.0, 3.0, 0.0]))
     np.testing.assert_allclose(g, [0.0, 0.0, 0.0, 0.0])

@@ -22,7 +22,7 @@ from . import expr as X
 from .recurrences import recurrence_dual
 from .anf import (ABind, ABlock, ACondB, AFlattener, ablock_term, aflatten, bind_term, leaves,
                   paths, tree_like, type_leaves)
-from .blocks import zero
+from .blocks import leaves_of, zero
 
 MODES = ("store", "recompute")
 
@@ -190,6 +190,12 @@ class ARev:
         # reverse: dres = ZipWith D(f) dy ytmp  (store)  or  Generate (recompute);
         #          a += Map (fst . fst) dres, b += Map (snd . fst) dres, IAI -> Permute (+)
         ad = X.differentiate_lam(op.f, active=lambda arr: arr.name in self.active)
+        # Arguments reached only through discrete primitives (floor, comparisons, ...)
+        # get no contribution at all, not a zero array: a zero adjoint would still run
+        # the dual of everything upstream (the tie counts of a maximum under a floor).
+        live = [any(x is not None for x in leaves_of(t)) for t in ad.param_adj]
+        if not any(live) and not ad.iai:
+            return
         if self.mode == "store":
             P, D = X.store_lambdas(ad)
             pt = P.type
@@ -223,11 +229,14 @@ class ARev:
             dres = self.emit(N.Generate(N.Shape(dy), N.Lam((ix,), body)))
         rt = dres.type.elt
         if isinstance(op, N.Map):
-            self.contribute(op.a, N.Map(lam1(rt, lambda r: prj(r, 0, 0)), dres))
+            if live[0]:
+                self.contribute(op.a, N.Map(lam1(rt, lambda r: prj(r, 0, 0)), dres))
         elif isinstance(op, N.ZipWith):
             same = op.a == op.b
-            self.contribute(op.a, N.Map(lam1(rt, lambda r: prj(r, 0, 0)), dres), same)
-            self.contribute(op.b, N.Map(lam1(rt, lambda r: prj(r, 0, 1)), dres), same)
+            for k, arg in enumerate((op.a, op.b)):
+                if live[k]:
+                    self.contribute(arg, N.Map(lam1(rt, lambda r, k=k: prj(r, 0, k)), dres),
+                                    same)
         self.index_adjoints(ad.iai, dres, y.type.rank)
 
     def index_adjoints(self, iai: list, dres: N.Avar, rank: int):
