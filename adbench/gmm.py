@@ -9,7 +9,7 @@ The objective (README "GMM objective", thesis appendix B.1), for ``N`` points ``
 
 The accel program :func:`objective` is written in the data-parallel style of the
 thesis's appendix C.1 (replicate/zip_with broadcasting, the lower-triangular factors
-built by a ``generate`` with index arithmetic into icf, logsumexp with ``maximum``) and
+built by a ``generate`` with index arithmetic into icf, logsumexp shifted by its maximum) and
 differentiated with ``A.gradientA`` (:data:`gradient`).  (Building ``x_i - mu_k`` and the
 triangular product with ``generate`` and indexing instead gives the same values but
 runs about 2.5x slower on the ``cpu`` backend, whose AD turns each index into a scatter.)
@@ -82,18 +82,24 @@ LSE_FLOOR = -700.0
 
 
 def logsumexp(v):
-    """``max(v) + log(sum(exp(v - max(v))))`` over the innermost dimension (thesis C.1).
+    """``c + log(sum(exp(v - c)))`` with ``c = floor(max(v))`` over the innermost dimension
+    (thesis C.1 shifts by ``max(v)``).
+
+    Any shift gives the same value; one within 1 of the maximum keeps ``exp`` from
+    overflowing, and the sum's largest term is in [1, e).  ``floor`` carries no derivative,
+    so the gradient skips the shift's adjoint, which is ``1 - sum(softmax) = 0`` in exact
+    arithmetic but costs the maximum's tie-split dual (three kernels; JAX's logsumexp
+    stops the gradient at its shift for the same reason).
 
     Shifts are clamped at :data:`LSE_FLOOR`: ``exp(-700) < 1e-304`` is far below half an
-    ulp of the sum (whose largest term is 1), so the value is unchanged, and a clamped
-    term's derivative is exactly 0.  Unclamped, GMM components far from a point give
-    softmax weights in the subnormal range, and every multiply of the gradient touching one
-    takes a microcode assist on x86 (the D = 32 gradients ran 15-25% slower).  On all 56
-    1k and 10k ADBench files the objective and gradient are bit-identical either way.
+    ulp of the sum, so the value is unchanged, and a clamped term's derivative is exactly
+    0.  Unclamped, GMM components far from a point give softmax weights in the subnormal
+    range, and every multiply of the gradient touching one takes a microcode assist on
+    x86 (the D = 32 gradients ran 15-25% slower).
     """
     n = v.shape[-1]
     spec = tuple(A.All for _ in range(len(v.shape) - 1)) + (n,)
-    mx = A.maximum(v)
+    mx = A.map(A.floor, A.maximum(v))
     shifted = A.zip_with(lambda a, b: A.exp(A.max(a - b, LSE_FLOOR)), v, A.replicate(spec, mx))
     return A.zip_with(lambda s, b: A.log(s) + b, A.sum(shifted), mx)
 
