@@ -473,12 +473,50 @@ def test_map_identity_fold_and_permute_of_zeros():
     q = check(p, [np.ones((2, 2))])
     assert isinstance(q.body, Generate) and q.body.f.body == f64(2.0)
     # a permute of zeros into d, only with adjoint_zeros
-    idx = lam1(shape_type(1), lambda i: Tuple((Const(True, bool_), i)))
+    idx = lam1(shape_type(1), lambda i: Tuple((P("lt", Prj(0, i), i64(2)), i)))
     p = Program((a,), Permute(add_lam(), Map(lam1(F, lambda v: P("exp", v)), a), idx,
                               zeros_like(a)))
     assert count(simplify(p), Permute) == 1
     q = check(p, [np.arange(3.0)], adjoint_zeros=True)
     assert count(q, Permute) == 0
+
+
+def test_scatter_to_own_index_of_same_shape_is_elementwise():
+    """AD's index adjoints pack (value, target, executed) into a generated array of tuples;
+    the target and flag are forwarded from the generate's function, and a permute whose
+    every element goes to its own index of a same-shaped target becomes a generate."""
+    a = avar(V1)
+    n = Prj(0, Shape(a))
+    tup_t = TupleT((F, shape_type(1), bool_))
+    packed = avar(ArrayT(tup_t, 1))
+    gen = Generate(Tuple((n,)), lam1(shape_type(1), lambda i: Tuple(
+        (P("mul", Index(a, i), f64(3.0)), i, Const(True, bool_)))))
+    target = lam1(shape_type(1), lambda i: Tuple((Prj(2, Index(packed, i)),
+                                                  Prj(1, Index(packed, i)))))
+    scatter = Permute(add_lam(), Map(lam1(F, lambda v: P("exp", v)), a), target,
+                      Map(lam1(tup_t, lambda t: Prj(0, t)), packed))
+    p = Program((a,), Alet(packed, gen, scatter))
+    q = check(p, [np.array([0.5, -1.0, 2.0])])
+    assert count(q, Permute) == 0
+    # rank 0: the target index is () whatever computed it
+    z = avar(ArrayT(F, 0))
+    unit = lam1(shape_type(0), lambda i: Tuple((Const(True, bool_), Tuple(()))))
+    p = Program((z,), Permute(add_lam(), z, unit, Map(lam1(F, lambda v: P("neg", v)), z)))
+    q = check(p, [np.array(1.5)])
+    assert count(q, Permute) == 0
+    # a rank-1 source into rank 0 collides: it stays a permute
+    p = Program((a, z), Permute(add_lam(), z, lam1(shape_type(1), lambda i: Tuple(
+        (Const(True, bool_), Tuple(())))), a))
+    q = check(p, [np.array([1.0, 2.0]), np.array(0.5)])
+    assert count(q, Permute) == 1
+    # sizes not known to agree (the target may be smaller: an error to report) stay
+    b = avar(V1)
+    p = Program((a, b), Permute(add_lam(), b, lam1(shape_type(1), lambda i: Tuple(
+        (Const(True, bool_), i))), a))
+    q = check(p, [np.ones(3), np.zeros(2)])
+    assert count(q, Permute) == 1
+    with pytest.raises(OutOfBoundsError):
+        evaluate(q, [np.ones(3), np.zeros(2)])
 
 
 def test_shape_of_known_arrays():

@@ -65,7 +65,7 @@ from ..ast.nodes import (ARR_NODES, EXP_NODES, Acond, ALam, Alet, APrj, Arr, ATu
                          Slice, Tuple, Unit, Use, Var, While, ZipWith, fresh)
 from ..ast.prims import PRIMS
 from ..ast.traverse import freshen, recursion_headroom
-from ..ast.types import ArrayT, bool_, int64
+from ..ast.types import ArrayT, bool_, int64, shape_type
 
 __all__ = ["simplify", "cse", "anf", "inline_lets", "eliminate_dead_code", "fold_constants",
            "project_tuples", "split_element_tuples", "eliminate_zeros", "uniquify", "tidy"]
@@ -1159,8 +1159,58 @@ def _r_prj(self: _Local, n: Prj):
         b = self.bound.get(tup.name)
         if type(b) is Tuple and _trivial(b.items[n.index]):
             return b.items[n.index]
+    elif type(tup) is not Prj and type(tup) is not Index:
+        return _push_prj(self, n, Prj, Let, Cond)
+    return _generated_component(self, n)
+
+
+def _generated_component(self: _Local, n: Prj):
+    """``(a ! ix).path`` where ``a = generate sh f`` and that component of ``f`` is a
+    constant or (a projection of) the index: the constant, or that part of ``ix``.
+
+    AD packs a scatter's target index and its ``executed`` flag into the tuples of the
+    array it scatters from; read back through the materialised array, the scatter looks
+    data-dependent, while forwarded it is ``i -> (True, i)`` (see ``_r_permute``)."""
+    path = []
+    e = n
+    while type(e) is Prj:
+        path.append(e.index)
+        e = e.tup
+    if type(e) is Var:
+        e = self.bound.get(e.name)
+    if type(e) is not Index or type(e.array) is not Avar:
         return None
-    return _push_prj(self, n, Prj, Let, Cond)
+    g = self.bound.get(e.array.name)
+    if type(g) is not Generate:
+        return None
+    (param,) = g.f.params
+    body, lets = g.f.body, {}
+    for k in reversed(path):
+        while True:
+            if type(body) is Let:
+                lets[body.var.name] = body.bound
+                body = body.body
+            elif type(body) is Var and body.name in lets:
+                body = lets[body.name]
+            else:
+                break
+        if type(body) is not Tuple:
+            return None
+        body = body.items[k]
+    while type(body) is Var and body.name in lets:
+        body = lets[body.name]
+    if type(body) is Const or (type(body) is Tuple and not body.items):  # () of rank 0
+        return body
+    inner, steps = body, []
+    while type(inner) is Prj:
+        steps.append(inner.index)
+        inner = inner.tup
+    if type(inner) is not Var or inner.name != param.name:
+        return None
+    out = e.index
+    for k in reversed(steps):
+        out = Prj(k, out)
+    return out
 
 
 def _r_aprj(self: _Local, n: APrj):
@@ -1469,7 +1519,35 @@ def _r_fold(self: _Local, n: Fold):
     return self.generate(_init_shape(ca[1]) if d is None else _dims_exp(d[:-1]), n.z)
 
 
+def _element(a, i: Var):
+    """Element ``i`` of array term ``a`` (a variable, or a generate or map of one), or
+    None."""
+    if type(a) is Avar:
+        return Index(a, i)
+    if type(a) is Generate:
+        f = freshen(a.f)
+        return Let(f.params[0], i, f.body)
+    if type(a) is Map:
+        x = _element(a.a, i)
+        f = freshen(a.f)
+        return None if x is None else Let(f.params[0], x, f.body)
+    return None
+
+
 def _r_permute(self: _Local, n: Permute):
+    f = n.f
+    if (type(f.body) is Tuple and f.body.items[0] == Const(True, bool_)
+            and f.body.items[1] in (f.params[0], Tuple(()))
+            and f.params[0].type == shape_type(n.defaults.type.rank)):
+        # every source element goes to its own index: elementwise, when the shapes agree
+        ds, dd = self.dims_of(n.src), self.dims_of(n.defaults)
+        if ds is not None and ds == dd and None not in ds:
+            i = Var(fresh("i"), f.params[0].type)
+            a, b = _element(n.src, i), _element(n.defaults, i)
+            if a is not None and b is not None:
+                new, old = (Var(fresh("x"), p.type) for p in n.comb.params)
+                body = Let(new, a, Let(old, b, self.applied(n.comb, (new, old))))
+                return Generate(_dims_exp(dd), Lam((i,), body))
     if not (self.zeros and self.adjoint_zeros):
         return None
     cs = self.const_array(n.src)
