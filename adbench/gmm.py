@@ -32,6 +32,7 @@ the points into chunks to bound memory: each chunk runs the same program with it
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -277,6 +278,14 @@ def numpy_gradient(alphas, means, icf, x, gamma, m, n=None):
 # --------------------------------------------------------------------------- runner
 
 
+@functools.lru_cache(maxsize=256)
+def _chunk_constants(d: int, k: int, n: int, gamma: float, m: int, prior: float) -> np.ndarray:
+    """:func:`constants`, once per chunk shape: ``lgamma`` sums took 14 us of a 180 us
+    gradient call on 1000 points (JAX's closure computes its constant once too).  The
+    array is only ever read (backends never write to their inputs)."""
+    return constants(d, k, n, gamma, m, prior)
+
+
 class GMMRunner:
     """Objective and gradient of GMM instances on an accel backend, chunked over points.
 
@@ -312,7 +321,7 @@ class GMMRunner:
 
     def _args(self, inp, xs, nb, prior):
         return (inp.alphas, inp.means, inp.icf, xs,
-                constants(inp.d, inp.k, nb, inp.gamma, inp.m, prior))
+                _chunk_constants(inp.d, inp.k, nb, inp.gamma, inp.m, prior))
 
     def objective(self, inp, progress=None) -> float:
         total = 0.0
