@@ -498,6 +498,15 @@ def test_scatter_to_own_index_of_same_shape_is_elementwise():
     p = Program((a,), Alet(packed, gen, scatter))
     q = check(p, [np.array([0.5, -1.0, 2.0])])
     assert count(q, Permute) == 0
+    # a component read at an index not known to be in range is not forwarded: the
+    # interpreter must still report the out-of-bounds read
+    def oob(x):
+        t = A.generate((3,), lambda i: (x[i] * 2.0, i[0], True))
+        return A.generate((5,), lambda j: A.to_float(t[j][1]) + 1.0)
+    p = trace(oob, V1)
+    with pytest.raises(OutOfBoundsError):
+        evaluate(p, [np.arange(3.0)])
+    check(p, [np.arange(3.0)])
     # rank 0: the target index is () whatever computed it
     z = avar(ArrayT(F, 0))
     unit = lam1(shape_type(0), lambda i: Tuple((Const(True, bool_), Tuple(()))))

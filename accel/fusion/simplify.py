@@ -1183,6 +1183,11 @@ def _generated_component(self: _Local, n: Prj):
     g = self.bound.get(e.array.name)
     if type(g) is not Generate:
         return None
+    if e.array.type.rank:  # only reads known to be in bounds (others must still fail)
+        dims = self.dims_of(e.array)
+        if (type(e.index) is not Var or dims is None or None in dims
+                or self.ibounds.get(e.index.name) != dims):
+            return None
     (param,) = g.f.params
     body, lets = g.f.body, {}
     for k in reversed(path):
