@@ -1188,7 +1188,6 @@ def _generated_component(self: _Local, n: Prj):
         if (type(e.index) is not Var or dims is None or None in dims
                 or self.ibounds.get(e.index.name) != dims):
             return None
-    (param,) = g.f.params
     body, lets = g.f.body, {}
     for k in reversed(path):
         while True:
@@ -1210,7 +1209,7 @@ def _generated_component(self: _Local, n: Prj):
     while type(inner) is Prj:
         steps.append(inner.index)
         inner = inner.tup
-    if type(inner) is not Var or inner.name != param.name:
+    if not _is_param(inner, g.f, 0):
         return None
     out = e.index
     for k in reversed(steps):
