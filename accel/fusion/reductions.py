@@ -25,7 +25,7 @@ import functools
 from dataclasses import fields
 
 from ..ast import nodes as N
-from ..ast.traverse import free_vars, freshen, map_children, substitute, walk
+from ..ast.traverse import children, free_vars, freshen, map_children, substitute, walk
 from ..ast.types import int64, shape_type
 from .kernels import KAcond, KAwhile, KBlock, KFold, KGenerate, KUse
 from .simplify import tidy
@@ -124,26 +124,13 @@ def _uses(ix: N.Var, e) -> set:
         elif x == ix:
             out.add(-1)
         else:
-            stack.extend(c for c in _children(x))
+            stack.extend(children(x))
     return out
 
 
 def _varies(ix: N.Var, k: int, e) -> bool:
     """Whether ``e`` may depend on component ``k`` of index ``ix``."""
     return bool(_uses(ix, e) & {k, -1})
-
-
-def _children(n) -> list:
-    out = []
-    for f in fields(n):
-        if not f.compare or f.name == "ty":
-            continue
-        v = getattr(n, f.name)
-        if isinstance(v, N.Node):
-            out.append(v)
-        elif isinstance(v, tuple):
-            out.extend(x for x in v if isinstance(x, N.Node))
-    return out
 
 
 def _reads(name: str, e) -> int:
@@ -156,7 +143,7 @@ def _reads(name: str, e) -> int:
             continue
         if isinstance(x, N.Avar):
             n += 1
-        stack.extend(_children(x))
+        stack.extend(children(x))
     return n
 
 
