@@ -28,7 +28,7 @@ from ..ast import nodes as N
 from ..ast.traverse import children, free_vars, freshen, map_children, substitute, walk
 from ..ast.types import int64, shape_type
 from .kernels import KAcond, KAwhile, KBlock, KFold, KGenerate, KUse
-from .simplify import tidy
+from .simplify import _alpha_eq, tidy
 
 __all__ = ["rewrite_reductions", "reuse_folds", "interchange_sums"]
 
@@ -106,8 +106,7 @@ def _is_sum(s) -> bool:
     f = s.f
     if s.z.value != 0 or not isinstance(f.body, N.PrimApp) or f.body.op != "add":
         return False
-    x, y = f.params
-    return set(f.body.args) == {x, y} and x != y
+    return set(f.body.args) == set(f.params)
 
 
 def _uses(ix: N.Var, e) -> set:
@@ -229,7 +228,7 @@ def _reindex(a: KFold, b: KFold):
     """The outer index of fold ``a`` that fold ``b``'s element ``o`` is (a tuple of
     components of ``o``), or None: ``b``'s source must be ``a``'s with ``a``'s outer
     components renamed to ``b``'s, over equal dimensions and an equal inner length."""
-    if a.out.type.elt != b.out.type.elt or a.z != b.z or not _same_lam(a.f, b.f):
+    if a.out.type.elt != b.out.type.elt or a.z != b.z or not _alpha_eq(a.f, b.f):
         return None
     if tidy(a.n) != tidy(b.n):
         return None
@@ -244,14 +243,6 @@ def _reindex(a: KFold, b: KFold):
     if any(_dim(a.shape, k) != _dim(b.shape, m) for k, m in env.items()):
         return None
     return tuple(env[k] for k in range(ra))
-
-
-def _same_lam(f: N.Lam, g: N.Lam) -> bool:
-    """Equal up to the names of the parameters."""
-    if [p.type for p in f.params] != [q.type for q in g.params]:
-        return False
-    return f == g or substitute(
-        g.body, {q.name: p for q, p in zip(g.params, f.params)}) == f.body
 
 
 def reuse_folds(blk: KBlock) -> KBlock:
