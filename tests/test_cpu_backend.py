@@ -28,6 +28,7 @@ from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold,
                                   KGenerate, KPermute, KScan, KUse)
 from accel.fusion.numpy_eval import evaluate  # noqa: E402
 from backends.cpu import cache, codegen, prepare_kernels  # noqa: E402
+from backends.cpu.runtime import POOL_MIN_BYTES  # noqa: E402
 from kernel_builders import P, at, av, dim, f64, i64, ix_lam, kprog, lam, sh  # noqa: E402
 
 # --------------------------------------------------------------------------- builders
@@ -216,6 +217,39 @@ def test_generate_rank2_tuple_elements_and_several_outputs():
         assert_same(got, want)
         assert isinstance(got[0], tuple) and got[0][0].shape == shape
 
+
+
+@pytest.mark.parametrize("shape, phase", [
+    ((1000, 5, 2), "s_parallel"),  # one tile per slice: tasks are slices (phase s)
+    ((40, 30, 5, 2), "s_parallel"),  # chunks start inside the outer dims (counter carries)
+    ((3, 4, 2, 5), "s_serial"),
+    ((2, 0, 3), None), ((0, 3, 3), None),
+    ((60, 40, 3), "g_parallel"),  # a slice is two tiles (40 > TILE_ROWS): phase g
+])
+def test_generate_rank3_and_rank4_by_slices_and_by_tiles(shape, phase):
+    """Every element is its own index code (so a misplaced or skipped element shows) and
+    reads an argument along the last two dimensions."""
+    r = len(shape)
+    w = av(float64, 2, "w")
+    o = av(float64, r, "o")
+
+    def body(*ix):
+        code = ix[0]
+        for d in range(1, r):
+            code = P("add", P("mul", code, N.Const(10, int64)), ix[d])
+        return P("add", P("to_float64", code), at(w, ix[-2], ix[-1]))
+    kp = kprog((w,), [KGenerate((o,), sh(*(dim(w, 0) if d == r - 2 else dim(w, 1)
+                                           if d == r - 1 else N.Const(shape[d], int64)
+                                           for d in range(r))), ix_lam(r, body))], o)
+    x = np.arange(shape[-2] * shape[-1], dtype=np.float64).reshape(shape[-2:]) * 1e-3
+    runner = prepare_kernels(kp)
+    got = runner([x])
+    ix = np.indices(shape)
+    code = sum(ix[d] * 10 ** (r - 1 - d) for d in range(r))
+    np.testing.assert_array_equal(got, code + x)
+    assert_same(got, evaluate(kp, [x]))
+    if phase is not None:
+        assert runner.stats()["launches"].get(phase), runner.stats()["launches"]
 
 def test_rank0_result_is_0d_array_and_nested_result_tuple():
     a = av(float64, 1, "x")
@@ -934,7 +968,8 @@ def test_result_buffers_are_reused_only_after_the_caller_drops_them():
     o = av(float64, 1, "o")
     step = KGenerate((o,), sh(dim(x, 0)), ix_lam(1, lambda i: P("mul", at(x, i), f64(3.0))))
     r = prepare_kernels(kprog((x,), [step], o))
-    x0 = np.arange(1000.0)
+    x0 = np.arange(10_000.0)  # buffers below POOL_MIN_BYTES are never pooled
+    assert x0.nbytes >= POOL_MIN_BYTES
 
     def addr(a):
         return a.__array_interface__["data"][0]
@@ -951,6 +986,9 @@ def test_result_buffers_are_reused_only_after_the_caller_drops_them():
     assert addr(out3) == a0
     np.testing.assert_array_equal(out3, (x0 + 2) * 3)
     np.testing.assert_array_equal(out2, (x0 + 1) * 3)
+    small = r([x0[:10]])  # a small result is a fresh allocation, not lent
+    assert not any(b is small.base for b in r._pool.lent)
+    np.testing.assert_array_equal(small, x0[:10] * 3)
 
 
 def test_release_buffers_empties_the_pools_of_a_compiled_program():
@@ -961,7 +999,7 @@ def test_release_buffers_empties_the_pools_of_a_compiled_program():
         return A.zip_with(lambda a, b: a * b, y, A.map(lambda v: v + 1.0, y))
 
     c = A.compile(f, backend="cpu")
-    x = np.linspace(0, 1, 1000)
+    x = np.linspace(0, 1, 10_000)  # above POOL_MIN_BYTES
     want = c(x)
     (runner,) = [r for _, r in c._cache.values()]
     assert runner._pool.bytes > 0 or runner._pool.lent

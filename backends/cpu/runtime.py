@@ -149,9 +149,10 @@ def _input(v, t, what: str) -> ArrVal:
     never written to)."""
     if not isinstance(t, ArrayT):
         raise ProgramTypeError(f"{what}: parameter of non-array type {t!r}")
-    if (type(v) is np.ndarray and v.ndim == t.rank and not isinstance(t.elt, TupleT)
-            and v.dtype == t.elt.dtype and v.flags.c_contiguous and v.flags.writeable):
-        return ArrVal(v.shape, [v.reshape(-1)])  # the common case, in a few microseconds
+    if type(v) is np.ndarray and v.ndim == t.rank and not isinstance(t.elt, TupleT):
+        flags = v.flags
+        if v.dtype == t.elt.dtype and flags.c_contiguous and flags.writeable:
+            return ArrVal(v.shape, [v.reshape(-1)])  # the common case, in a microsecond
     bufs, shapes = [], []
 
     def leaf(x, s, path):
@@ -201,6 +202,12 @@ def _rebuild_elt(t, it):
 # --------------------------------------------------------------------------- buffers
 
 
+#: Smaller buffers are not pooled: malloc serves them from its heap without fresh pages,
+#: faster than the pool's bookkeeping (taking and returning the four results of a GMM
+#: gradient on 1000 points cost 4 us of a 0.15 ms call).  Read at run time (tests lower it).
+POOL_MIN_BYTES = 1 << 15
+
+
 class BufferPool:
     """A caching allocator for the flat buffers of one runner, by (dtype, size).
 
@@ -220,6 +227,8 @@ class BufferPool:
         self.lock = threading.Lock()
 
     def take(self, size: int, dtype: np.dtype, taken: list) -> np.ndarray:
+        if size * dtype.itemsize < POOL_MIN_BYTES:  # not pooled: see POOL_MIN_BYTES
+            return np.empty(size, dtype=dtype)
         key = (dtype, size)
         with self.lock:
             bufs = self.free.get(key)
@@ -400,6 +409,8 @@ class Runner:
         self._straight_ok = True  # False once wiring a plan failed
         self._straight_calls = 0  # calls run by a straight-line replay
         self._collect_uses(kp.body)
+        self._what = [f"argument {i} ({p.name})" for i, p in enumerate(kp.params)]
+        self._use_ids = frozenset(id(b) for v in self._uses.values() for b in v.leaves)
 
     # ---- preparation
 
@@ -427,8 +438,7 @@ class Runner:
         params = self.kp.params
         if len(args) != len(params):
             raise ShapeError(f"program takes {len(params)} arguments, got {len(args)}")
-        inputs = [_input(x, p.type, f"argument {i} ({p.name})")
-                  for i, (p, x) in enumerate(zip(params, args))]
+        inputs = [_input(x, p.type, what) for p, x, what in zip(params, args, self._what)]
         key = tuple(v.shape for v in inputs)
         taken: list = []  # buffers allocated by this call
         self._calls += 1
@@ -459,20 +469,25 @@ class Runner:
         entry = self._replays.get(key)
         if entry is None or (old is not None and old.plans is entry[1]):
             return
-        self._straight.pop(key, None)
+        self._retire(self._straight.pop(key, None))
         if not self._straight_ok or not eligible(self.kp, entry[1]):
             return
         for k in [k for k in self._straight if k not in self._replays]:
-            del self._straight[k]  # plans forgotten (``_MAX_REPLAYS``)
+            self._retire(self._straight.pop(k))  # plans forgotten (``_MAX_REPLAYS``)
         try:
             self._straight[key] = StraightLine(self, entry[1], entry[0])
         except Exception:  # noqa: BLE001 - the step-by-step path always works
             self._straight_ok = False
 
+    def _retire(self, straight) -> None:
+        """Count the launches of a replay (or None) that is being forgotten."""
+        if straight is not None:
+            for phase, n in straight.counts.items():
+                self._counts[phase] += n * straight.runs
+
     def _outputs(self, res: list, inputs: list):
         # Results that are (views of) inputs or constants, or repeated, are copied here.
-        protected = {id(b) for v in self._uses.values() for b in v.leaves}
-        protected.update(id(b) for v in inputs for b in v.leaves)
+        protected = self._use_ids.union([id(b) for v in inputs for b in v.leaves])
         seen: set = set()
 
         def out(v: ArrVal, t):
@@ -544,7 +559,8 @@ class Runner:
                 nrt = -(-shape[-2] // codegen.TILE_ROWS)
                 nct = -(-shape[-1] // codegen.TILE_COLS)
                 vals[("nrt",)], vals[("nct",)] = nrt, nct
-                phases.append(("g", _size(shape[:-2]) * nrt * nct, size))
+                one_tile = len(shape) >= 3 and nrt == nct == 1  # phase s: same tasks
+                phases.append(("s" if one_tile else "g", _size(shape[:-2]) * nrt * nct, size))
             else:
                 phases.append(("g", size, size))
         elif isinstance(s, KFold):
@@ -734,6 +750,8 @@ class Runner:
         """Forget the pooled buffers and the straight-line replays' arenas (memory
         returns once nothing else refers to it; replays are rewired by later calls)."""
         self._pool = BufferPool()
+        for straight in self._straight.values():
+            self._retire(straight)
         self._straight = {}
 
     def show(self) -> str:
@@ -743,6 +761,13 @@ class Runner:
     def source(self) -> str:
         """The generated numba module."""
         return self.gen.source
+
+    def _launches(self) -> dict:
+        counts = collections.Counter(self._counts)
+        for straight in self._straight.values():
+            for phase, n in straight.counts.items():
+                counts[phase] += n * straight.runs
+        return dict(counts)
 
     def stats(self) -> dict:
         """Facts about the compiled program (``kernels``: parallel loops, as in
@@ -756,7 +781,7 @@ class Runner:
             "numba_cache_hits": self._cache_hits,
             "compiled_functions": len(self._compiled),
             "module": getattr(self.module, "__file__", None),
-            "launches": dict(self._counts),  # e.g. {"g_parallel": 2, "p_serial": 1}
+            "launches": self._launches(),  # e.g. {"g_parallel": 2, "p_serial": 1}
             "planned_steps": self._planned,  # loop steps planned, not replayed
             "straight_line_calls": self._straight_calls,  # replays of a wired plan
             "check_bounds": self.check_bounds,

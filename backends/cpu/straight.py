@@ -51,12 +51,15 @@ class StraightLine:
     bound into the launches once."""
 
     def __init__(self, runner, plans: list, threads: int):
+        from .runtime import ArrVal, _guards_hold  # (runtime imports this module)
+        self.ArrVal, self.guards_hold = ArrVal, _guards_hold
         kp = runner.kp
         self.plans = plans
         self.threads = threads
         self.lock = threading.Lock()
         self.counts = collections.Counter(c for sc in plans if sc is not None
                                           for _, _, c in sc.calls)
+        self.runs = 0  # completed replays (``Runner.stats`` multiplies ``counts`` by it)
         # Every leaf buffer is either an int, its position in a call's ``bufs`` (the
         # arguments' leaves, then the results'), or the ndarray itself (constants and the
         # arena, fixed for the replay's life).  Each launch's argument list is built here;
@@ -122,15 +125,14 @@ class StraightLine:
         """The program's arrays by name (results, arguments, constants) on ``inputs`` (an
         ``ArrVal`` per argument), or None when the guards fail, the arena is busy or a
         bounds check failed (the caller then runs the program step by step)."""
-        from .runtime import ArrVal, _guards_hold
         env = {p.name: v for p, v in zip(runner.kp.params, inputs)}
-        if not _guards_hold(self.guards, env) or not self.lock.acquire(blocking=False):
+        if not self.guards_hold(self.guards, env) or not self.lock.acquire(blocking=False):
             return None
         try:
             take = runner._pool.take
             res, bufs = {}, [inputs[i].leaves[k] for i, k in self.inputs]
             for name, shape, lv in self.results:
-                res[name] = ArrVal(shape, [take(size, dt, taken) for size, dt in lv])
+                res[name] = self.ArrVal(shape, [take(size, dt, taken) for size, dt in lv])
                 bufs += res[name].leaves
             err = self.err
             for fills, calls in self.steps:
@@ -145,9 +147,9 @@ class StraightLine:
                 if err[0] != 0:  # the step-by-step run that follows raises the error
                     err[:] = 0
                     return None
+            self.runs += 1
         finally:
             self.lock.release()
-        runner._counts.update(self.counts)
         res.update(env)
         res.update(self.fixed)
         return res
