@@ -218,39 +218,6 @@ def test_generate_rank2_tuple_elements_and_several_outputs():
         assert isinstance(got[0], tuple) and got[0][0].shape == shape
 
 
-
-@pytest.mark.parametrize("shape, phase", [
-    ((1000, 5, 2), "s_parallel"),  # one tile per slice: tasks are slices (phase s)
-    ((40, 30, 5, 2), "s_parallel"),  # chunks start inside the outer dims (counter carries)
-    ((3, 4, 2, 5), "s_serial"),
-    ((2, 0, 3), None), ((0, 3, 3), None),
-    ((60, 40, 3), "g_parallel"),  # a slice is two tiles (40 > TILE_ROWS): phase g
-])
-def test_generate_rank3_and_rank4_by_slices_and_by_tiles(shape, phase):
-    """Every element is its own index code (so a misplaced or skipped element shows) and
-    reads an argument along the last two dimensions."""
-    r = len(shape)
-    w = av(float64, 2, "w")
-    o = av(float64, r, "o")
-
-    def body(*ix):
-        code = ix[0]
-        for d in range(1, r):
-            code = P("add", P("mul", code, N.Const(10, int64)), ix[d])
-        return P("add", P("to_float64", code), at(w, ix[-2], ix[-1]))
-    kp = kprog((w,), [KGenerate((o,), sh(*(dim(w, 0) if d == r - 2 else dim(w, 1)
-                                           if d == r - 1 else N.Const(shape[d], int64)
-                                           for d in range(r))), ix_lam(r, body))], o)
-    x = np.arange(shape[-2] * shape[-1], dtype=np.float64).reshape(shape[-2:]) * 1e-3
-    runner = prepare_kernels(kp)
-    got = runner([x])
-    ix = np.indices(shape)
-    code = sum(ix[d] * 10 ** (r - 1 - d) for d in range(r))
-    np.testing.assert_array_equal(got, code + x)
-    assert_same(got, evaluate(kp, [x]))
-    if phase is not None:
-        assert runner.stats()["launches"].get(phase), runner.stats()["launches"]
-
 def test_rank0_result_is_0d_array_and_nested_result_tuple():
     a = av(float64, 1, "x")
     s = av(float64, 0, "s")

@@ -99,13 +99,18 @@ def _transposing_generate(rank):
     return kprog((a,), [KGenerate((o1, o2), shape, ix_lam(rank, body))], (o1, o2))
 
 
-@pytest.mark.parametrize("shape", [(3, 9, 1), (3, 9, 2), (2, 3, 40, 7), (4, 0, 2), (1, 1, 1),
-                                   (700, 5, 2), (2, 3, 70, 300)])
-def test_rank3_and_rank4_generates_in_tiles_match_the_reference(shape):
+@pytest.mark.parametrize("shape, phase", [
+    ((3, 9, 1), "s_serial"), ((3, 9, 2), "s_serial"), ((4, 0, 2), None), ((1, 1, 1), "s_serial"),
+    ((700, 5, 2), "s_parallel"), ((40, 30, 5, 2), "s_parallel"),  # a slice is one tile: phase s
+    ((2, 3, 40, 7), "g_serial"), ((2, 3, 70, 300), "g_parallel")])  # several tiles: phase g
+def test_rank3_and_rank4_generates_in_tiles_match_the_reference(shape, phase):
     """Short rows (a tile per outer index), several tiles both ways, outer multi-indices
-    (rank 4), and parallel chunks starting mid-way."""
+    (rank 4), and parallel chunks starting mid-way through the outer dimensions."""
     kp = _transposing_generate(len(shape))
     a = np.random.default_rng(1).standard_normal(shape[:-2] + (shape[-1], shape[-2]))
-    got = prepare_kernels(kp)([a])
+    runner = prepare_kernels(kp)
+    got = runner([a])
     for g, w in zip(got, evaluate(kp, [a])):
         np.testing.assert_array_equal(g, w)
+    if phase is not None:
+        assert runner.stats()["launches"].get(phase), runner.stats()["launches"]
