@@ -271,13 +271,24 @@ class BufferPool:
                 held -= self.lent.pop(0).nbytes
 
 
-def _build_result(t, it, out):
+def _result_layout(t, arrays: list):
+    """The nesting of the result type ``t`` with its arrays numbered in order (appended
+    to ``arrays``), for :func:`_nest`."""
+    if isinstance(t, ATupleT):
+        return tuple(_result_layout(x, arrays) for x in t.items)
+    if not isinstance(t, ArrayT):
+        raise BackendError(f"cpu backend: result of type {t!r}")
+    arrays.append(t)
+    return len(arrays) - 1
+
+
+def _nest(layout, arrays: list):
     """The caller's (nested tuple of) arrays (a plain function: a recursive closure
     would be a reference cycle keeping the result buffers referenced until the next
     garbage collection, and so out of the buffer pool)."""
-    if isinstance(t, ATupleT):
-        return tuple(_build_result(x, it, out) for x in t.items)
-    return out(next(it), t)
+    if isinstance(layout, int):
+        return arrays[layout]
+    return tuple(_nest(x, arrays) for x in layout)
 
 
 def _pool_refs() -> int:
@@ -410,6 +421,10 @@ class Runner:
         self._straight_calls = 0  # calls run by a straight-line replay
         self._collect_uses(kp.body)
         self._what = [f"argument {i} ({p.name})" for i, p in enumerate(kp.params)]
+        result_arrays: list = []
+        self._result_nest = _result_layout(kp.result_type, result_arrays)
+        self._result_elts = [a.elt if isinstance(a.elt, TupleT) else None
+                             for a in result_arrays]
         self._use_ids = frozenset(id(b) for v in self._uses.values() for b in v.leaves)
 
     # ---- preparation
@@ -486,23 +501,20 @@ class Runner:
                 self._counts[phase] += n * straight.runs
 
     def _outputs(self, res: list, inputs: list):
-        # Results that are (views of) inputs or constants, or repeated, are copied here.
+        """The caller's (nested tuple of) arrays; results that are (views of) inputs or
+        constants, or repeated, are copied."""
         protected = self._use_ids.union([id(b) for v in inputs for b in v.leaves])
         seen: set = set()
-
-        def out(v: ArrVal, t):
+        arrays = []
+        for v, elt in zip(res, self._result_elts):
             bufs = []
             for b in v.leaves:
                 if id(b) in seen or id(b) in protected:
                     b = b.copy()
                 seen.add(id(b))
                 bufs.append(b.reshape(v.shape))
-            return _rebuild_elt(t.elt, iter(bufs))
-
-        t = self.kp.result_type
-        if not isinstance(t, (ATupleT, ArrayT)):
-            raise BackendError(f"cpu backend: result of type {t!r}")
-        return _build_result(t, iter(res), out)
+            arrays.append(bufs[0] if elt is None else _rebuild_elt(elt, iter(bufs)))
+        return _nest(self._result_nest, arrays)
 
     def _block(self, block: KBlock, env: dict) -> None:
         for s in block.steps:
