@@ -277,7 +277,7 @@ def _result_layout(t, arrays: list):
     if isinstance(t, ATupleT):
         return tuple(_result_layout(x, arrays) for x in t.items)
     if not isinstance(t, ArrayT):
-        raise BackendError(f"cpu backend: result of type {t!r}")
+        raise BackendError(f"a program result of type {t!r} (not an array or tuple of arrays)")
     arrays.append(t)
     return len(arrays) - 1
 

@@ -27,14 +27,14 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from accel.ast.types import ArrayT, ATupleT, leaves
+from accel.ast.types import ArrayT, leaves
 from accel.errors import BackendError, OutOfBoundsError, ShapeError
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
                                   KUse, KernelProgram, count_loops, show_kernel_program,
                                   step_outs)
 from backends.cpu import cache
 from backends.cpu.hosteval import HostEval
-from backends.cpu.runtime import (ArrVal, _build_result, _input, _rebuild_elt, _shape_of,
+from backends.cpu.runtime import (ArrVal, _input, _nest, _rebuild_elt, _result_layout, _shape_of,
                                   _shown, run_control)
 
 from . import codegen
@@ -156,14 +156,11 @@ class Runner:
         return out
 
     def _outputs(self, res: list):
-        def out(v: ArrVal, t):
-            bufs = [b.copy_to_host().reshape(v.shape) for b in v.leaves]
-            return _rebuild_elt(t.elt, iter(bufs))
-
-        t = self.kp.result_type
-        if not isinstance(t, (ATupleT, ArrayT)):
-            raise BackendError(f"cuda backend: result of type {t!r}")
-        return _build_result(t, iter(res), out)
+        arrays: list = []
+        layout = _result_layout(self.kp.result_type, arrays)
+        return _nest(layout, [_rebuild_elt(t.elt, iter([b.copy_to_host().reshape(v.shape)
+                                                         for b in v.leaves]))
+                              for v, t in zip(res, arrays)])
 
     def _block(self, block: KBlock, env: dict) -> None:
         for s in block.steps:
