@@ -877,6 +877,10 @@ def test_intermediate_buffers_are_recycled_but_results_never():
     arenas = [b for d in r2._straight.values() for b in d.arena]
     assert r2._pool.bytes + sum(b.nbytes for b in arenas) == 5 * 8
     assert r2.stats()["straight_line_calls"] == 2
+    assert r2.stats()["launches"] == {"g_serial": 6}  # 2 steps, 3 calls (2 replayed)
+    r2.release_buffers()  # forgets the replay (its launches stay counted)
+    r2([np.arange(5.0)])
+    assert r2.stats()["launches"] == {"g_serial": 8}
     for k, out in enumerate(outs):
         np.testing.assert_array_equal(out, (np.arange(5.0) + k) * 2 + 1)
     assert not np.shares_memory(outs[0], outs[1])
