@@ -715,7 +715,8 @@ def gen_generate(s: KGenerate, check: bool):
     """Phase ``g``: rank 0 and 1 loop over elements; rank >= 2 over tiles of
     ``TILE_ROWS x TILE_COLS`` of the last two dimensions (times the outer indices), so
     that no division is needed per element and gathers along either of the last two
-    dimensions stay cache-friendly."""
+    dimensions stay cache-friendly.  Rank >= 3 also gets phase ``s`` (:func:`_slices`),
+    which the runtime launches instead when a slice is one tile."""
     g = KernelGen(check)
     rank = len(s.shape.type.items)
     dims = [g.slot(("out", d)) for d in range(rank)]
