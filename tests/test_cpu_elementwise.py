@@ -1,5 +1,5 @@
-"""Element loops of the cpu backend: the vectorizable ``exp`` (``mathlib``) and the tiles
-of rank >= 2 generates."""
+"""Element loops of the cpu backend: the vectorizable ``exp`` and ``log`` (``mathlib``) and
+the tiles of rank >= 2 generates."""
 
 from __future__ import annotations
 
@@ -18,10 +18,14 @@ from backends.cpu import prepare_kernels
 from kernel_builders import P, at, av, dim, f64, ix_lam, kernel_asm, kprog, sh
 
 
-def _exp_prog(elt):
+def _unary_prog(op, elt):
     xs, out = av(elt, 1, "x"), av(elt, 1, "y")
-    f = ix_lam(1, lambda i: P("exp", at(xs, i)))
+    f = ix_lam(1, lambda i: P(op, at(xs, i)))
     return kprog((xs,), [KGenerate((out,), sh(dim(xs, 0)), f)], out)
+
+
+def _exp_prog(elt):
+    return _unary_prog("exp", elt)
 
 
 def _exp_arguments():
@@ -68,18 +72,60 @@ def test_exp_float32_rounds_the_float64_result():
     np.testing.assert_array_equal(got[~finite], want[~finite])
 
 
+def _log_arguments():
+    rng = np.random.default_rng(3)
+    tiny = np.finfo(np.float64).tiny
+    edges = [0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, -5e-324, 5e-324, 1e-310, tiny,
+             np.nextafter(tiny, 0), 1.0, 2.0, 0.5, np.nextafter(1.0, 0), np.nextafter(1.0, 2),
+             np.sqrt(2.0), np.nextafter(np.sqrt(2.0), 2), np.nextafter(np.sqrt(2.0), 0),
+             np.finfo(np.float64).max]
+    return np.concatenate([edges, np.exp(rng.uniform(-745, 709, 20000)),
+                           rng.uniform(0.5, 2, 20000), 1 + rng.normal(0, 1e-6, 5000),
+                           rng.uniform(0, 1e-300, 1000), 2.0 ** np.arange(-1074, 1024)])
+
+
+def test_log_is_within_an_ulp_with_the_same_specials():
+    x = _log_arguments()
+    got = prepare_kernels(_unary_prog("log", float64))([x])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = np.log(x)
+        exact = np.log(x.astype(np.longdouble))  # 11 more bits (x86), NaN where NumPy's
+    finite = np.isfinite(want) & (want != 0)
+    assert _ulps(got[finite], want[finite]).max() <= 1.0
+    err = np.abs(got[finite].astype(np.longdouble) - exact[finite]) / np.spacing(
+        np.abs(want[finite]))
+    if np.finfo(np.longdouble).nmant > 52:
+        assert float(err.max()) < 0.85  # measured 0.80 (fdlibm's bound: < 1)
+    np.testing.assert_array_equal(got[~finite], want[~finite])  # 0, <0, inf, NaN, log 1
+    assert got[11] == 0.0 and not np.signbit(got[11])
+    k = np.arange(-1074, 1024)  # log 2^k = k ln2_hi (exact) + k ln2_lo, rounded once
+    np.testing.assert_array_equal(got[-k.size:], want[-k.size:])
+
+
+def test_log_float32_rounds_the_float64_result():
+    x = _log_arguments()
+    x = x[(x > 1e-37) & (x < 1e37)].astype(np.float32)
+    got = prepare_kernels(_unary_prog("log", float32))([x])
+    assert got.dtype == np.float32
+    want = np.log(x.astype(np.float64)).astype(np.float32)
+    finite = np.isfinite(want) & (want != 0)
+    assert _ulps(got[finite], want[finite]).max() <= 1.0
+    np.testing.assert_array_equal(got[~finite], want[~finite])
+
+
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 assembly")
-def test_exp_loops_compile_to_vector_code_without_libm_calls():
-    """Guards the point of ``mathlib``: with numba's ``np.exp`` (a libm call per element)
-    a loop of exps is never vectorized."""
-    runner = prepare_kernels(_exp_prog(float64))
-    x = np.linspace(-5, 5, 1000)
+@pytest.mark.parametrize("op", ["exp", "log"])
+def test_exp_and_log_loops_compile_to_vector_code_without_libm_calls(op):
+    """Guards the point of ``mathlib``: with numba's ``np.exp`` or ``np.log`` (a libm call
+    per element) such a loop is never vectorized."""
+    runner = prepare_kernels(_unary_prog(op, float64))
+    x = np.linspace(0.5, 5, 1000)
     runner([x])
     py, asm = kernel_asm(runner, r"k\d+_g")
-    assert "_exp(" in inspect.getsource(py) and "np.exp" not in inspect.getsource(py)
+    assert f"_{op}(" in inspect.getsource(py) and f"np.{op}" not in inspect.getsource(py)
     packed_fma = len(re.findall(r"\bvfmadd\d+pd\s[^\n]*%[xyz]mm", asm))
-    assert packed_fma >= 10, f"exp loop not vectorized ({packed_fma} packed FMAs)"
-    assert not re.search(r"\bcall[q]?\s[^\n]*\bexp\b", asm)
+    assert packed_fma >= 6, f"{op} loop not vectorized ({packed_fma} packed FMAs)"
+    assert not re.search(rf"\bcall[q]?\s[^\n]*\b{op}\b", asm)
 
 
 # --------------------------------------------------------------------------- tiles

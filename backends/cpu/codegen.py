@@ -69,6 +69,7 @@ FOLD_PLANES = 2  # rows of the second to last dimension in a block of sums of ou
 FOLD_PLANE_MAX_OPS = 6  # ... for element functions of at most this many operations
 FOLD_BLOCK_MAX_OPS = 48  # ... for element functions of at most this many operations
 FOLD_J_CHUNK = 64  # elements folded into a tile of an interchanged fold at a time
+FOLD_SRC_BUF = 32  # source elements computed at a time by phase f when vectorizable math
 SCAN_CHUNKS = 64  # chunks of a long single-row scan (three phases)
 SCAN_CHUNK_MIN_N = 16384
 PERMUTE_CHUNKS = 16  # most private buffers of the parallel scatter
@@ -103,7 +104,7 @@ _CAST = {"float64": "np.float64", "float32": "np.float32", "int64": "np.int64",
          "int32": "np.int32", "bool": "np.bool_"}
 _NP_UNARY = {"sin": "np.sin", "cos": "np.cos", "tan": "np.tan", "asin": "np.arcsin",
              "acos": "np.arccos", "atan": "np.arctan", "sinh": "np.sinh", "cosh": "np.cosh",
-             "tanh": "np.tanh", "expm1": "np.expm1", "log": "np.log",
+             "tanh": "np.tanh", "expm1": "np.expm1",
              "log1p": "np.log1p", "sqrt": "np.sqrt", "floor": "np.floor", "ceil": "np.ceil",
              "round": "np.rint", "truncate": "np.trunc"}
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
@@ -532,10 +533,10 @@ class KernelGen:
             return self.assign(rt, f"{x} if ({x} {cmp} {y}{nan}) else {y}")
         if op == "not":
             return self.assign(rt, f"not {args[0]}" if t0.is_bool else f"~{args[0]}")
-        if op == "exp":  # mathlib: vectorizable, unlike libm's
+        if op in ("exp", "log"):  # mathlib: vectorizable, unlike libm's
             if t0.name == "float64":
-                return self.assign(rt, f"_exp({args[0]})")
-            return self.assign(rt, cast(rt, f"_exp(np.float64({args[0]}))"))
+                return self.assign(rt, f"_{op}({args[0]})")
+            return self.assign(rt, cast(rt, f"_{op}(np.float64({args[0]}))"))
         if op in _NP_UNARY:
             return self.assign(rt, f"{_NP_UNARY[op]}({args[0]})")
         if op == "atan2":
@@ -867,6 +868,10 @@ def gen_fold(s: KFold, check: bool):
     outs, parts = _out_names(0, s.out.type), _bufs("p", s.out.type)
     g.work = outs + parts
     g.begin("f")
+    buf = g.fresh("buf")
+    buffered = not isinstance(elt, TupleT) and _calls_mathlib(s.src)
+    if buffered:
+        g.emit(f"{buf} = np.empty({FOLD_SRC_BUF}, dtype={_CAST[ts[0].name]})")
     tk = g.fresh("tk")
     counter = _row_counter(g, dims)
     g.loop(tk, "range(lo, hi)")
@@ -886,10 +891,13 @@ def gen_fold(s: KFold, check: bool):
     if s.z is not None:
         g.ind -= 1
     j = g.fresh("j")
-    g.loop(j, f"range({st}, {hi})")
-    x = g.apply(s.src, (tuple(ix + [j]),))
-    g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
-    g.ind -= 1
+    if buffered:
+        _fold_buffered(g, s, acc, ix, st, hi, buf)
+    else:
+        g.loop(j, f"range({st}, {hi})")
+        x = g.apply(s.src, (tuple(ix + [j]),))
+        g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
+        g.ind -= 1
     g.store(parts, tk, tuple(acc))
     # rows in blocks (each block's element functions emitted up to 16 times: only
     # for small ones), by rows or interchanged (see _outer_major)
@@ -912,6 +920,41 @@ def gen_fold(s: KFold, check: bool):
     g.ind -= 1
     g.store(outs, r, tuple(acc))
     return g, {"outer": outer, "blocked": blocked}
+
+
+def _calls_mathlib(e) -> bool:
+    """Whether ``e`` applies ``exp`` or ``log`` (``mathlib``: fast only when vectorized;
+    a scalar call is slower than libm's)."""
+    stack, seen = [e], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, N.PrimApp) and x.op in ("exp", "log"):
+            return True
+        stack.extend(children(x))
+    return False
+
+
+def _fold_buffered(g: KernelGen, s: KFold, acc: list, ix: list, st: str, hi: str,
+                   buf: str) -> None:
+    """The loop of phase ``f`` over ``[st, hi)`` for a source calling ``exp`` or ``log``:
+    ``FOLD_SRC_BUF`` source elements at a time into ``buf`` (a loop LLVM vectorizes),
+    then combined in order (the same result).  A single row's combinations form one
+    chain that no vector unit can split, and the scalar ``mathlib`` functions are slower
+    than libm's (the sum of 1000 logs: 5.9 us scalar, 2.6 us buffered, 3.3 us libm)."""
+    ts = leaves(s.out.type.elt)
+    jb, je, j = g.fresh("jb"), g.fresh("je"), g.fresh("j")
+    g.loop(jb, f"range({st}, {hi}, {FOLD_SRC_BUF})")
+    g.emit(f"{je} = min({jb} + {FOLD_SRC_BUF}, {hi})")
+    g.loop(j, f"range({jb}, {je})")
+    x = g.apply(s.src, (tuple(ix + [j]),))
+    g.emit(f"{at(buf, f'{j} - {jb}')} = {x}")
+    g.ind -= 1
+    g.loop(j, f"range({jb}, {je})")
+    g.update(acc, ts, g.apply(s.f, (acc[0], at(buf, f"{j} - {jb}"))))
+    g.ind -= 2
 
 
 def _fold_blocked(g: KernelGen, s: KFold, dims: list, outs: list, n: str):
