@@ -868,8 +868,8 @@ def gen_fold(s: KFold, check: bool):
     outs, parts = _out_names(0, s.out.type), _bufs("p", s.out.type)
     g.work = outs + parts
     g.begin("f")
-    buf = g.fresh("buf")
     buffered = not isinstance(elt, TupleT) and _calls_mathlib(s.src)
+    buf = g.fresh("buf") if buffered else None
     if buffered:
         g.emit(f"{buf} = np.empty({FOLD_SRC_BUF}, dtype={_CAST[ts[0].name]})")
     tk = g.fresh("tk")

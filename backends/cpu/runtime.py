@@ -204,7 +204,7 @@ def _rebuild_elt(t, it):
 
 #: Smaller buffers are not pooled: malloc serves them from its heap without fresh pages,
 #: faster than the pool's bookkeeping (taking and returning the four results of a GMM
-#: gradient on 1000 points cost 4 us of a 0.15 ms call).  Read at run time (tests lower it).
+#: gradient on 1000 points cost 4 us of a 0.15 ms call).  Read at run time.
 POOL_MIN_BYTES = 1 << 15
 
 
@@ -289,6 +289,12 @@ def _nest(layout, arrays: list):
     if isinstance(layout, int):
         return arrays[layout]
     return tuple(_nest(x, arrays) for x in layout)
+
+
+def _count_launches(counts: collections.Counter, straight) -> None:
+    """Add a straight-line replay's launches (per replay, times its replays) to ``counts``."""
+    for phase, n in straight.counts.items():
+        counts[phase] += n * straight.runs
 
 
 def _pool_refs() -> int:
@@ -497,8 +503,7 @@ class Runner:
     def _retire(self, straight) -> None:
         """Count the launches of a replay (or None) that is being forgotten."""
         if straight is not None:
-            for phase, n in straight.counts.items():
-                self._counts[phase] += n * straight.runs
+            _count_launches(self._counts, straight)
 
     def _outputs(self, res: list, inputs: list):
         """The caller's (nested tuple of) arrays; results that are (views of) inputs or
@@ -777,8 +782,7 @@ class Runner:
     def _launches(self) -> dict:
         counts = collections.Counter(self._counts)
         for straight in self._straight.values():
-            for phase, n in straight.counts.items():
-                counts[phase] += n * straight.runs
+            _count_launches(counts, straight)
         return dict(counts)
 
     def stats(self) -> dict:
