@@ -22,6 +22,7 @@ from ..ast import nodes as N
 from ..ast.traverse import (children, free_vars, freshen, map_children, recursion_headroom,
                              substitute)
 from ..ast.types import int64, shape_type
+from .materialised import read_materialised
 from .reductions import rewrite_reductions
 from .simplify import tidy
 from .kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate, KPermute, KScan,
@@ -388,7 +389,7 @@ def fuse(prog: N.Program) -> KernelProgram:
         blk = aflatten(prog.body, {})
         uses = Uses()
         uses.block(blk)
-        body = rewrite_reductions(tidy_block(Fuser(uses).block(blk)))
+        body = read_materialised(rewrite_reductions(tidy_block(Fuser(uses).block(blk))))
         return KernelProgram(tuple(prog.params), body, prog.type)
 
 

@@ -1,0 +1,138 @@
+"""Reads of a materialised array instead of recomputations of its elements.
+
+Fusion inlines cheap producers into every reader, and the simplifier inlines them before
+fusion too, so a kernel may recompute an expression that an earlier ``KGenerate`` of the
+same block already wrote.  In the GMM objective, ``xc[n,k,d] = x[n mod S, d] - mu[k,d]``
+is materialised (it is read more than four times), yet the (N, K) sum of squares
+recomputes ``x[n mod S, d] - mu[k,d]``: an integer division per element of its loop.
+:func:`read_materialised` replaces such a subexpression of a later kernel by a read of
+the array, when the subexpression is the generate's element function with each index
+component read as a component of the kernel's own index over a dimension no larger
+than the generate's (so the read is in bounds).  The values are the same expressions,
+evaluated once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from ..ast import nodes as N
+from ..ast.traverse import children, free_vars, map_children
+from .kernels import KAcond, KAwhile, KBlock, KFold, KGenerate
+from .reductions import _dim, _expand
+from .simplify import tidy
+
+__all__ = ["read_materialised"]
+
+#: Element functions with fewer operations (reads and primitives) are not worth a read.
+MIN_OPS = 3
+
+
+def read_materialised(blk: KBlock) -> KBlock:
+    """``blk`` with later kernels reading earlier generates' elements (see the module
+    docstring), in every nested block."""
+    steps = []
+    for s in blk.steps:
+        if isinstance(s, KAcond):
+            s = KAcond(s.outs, s.c, read_materialised(s.t), read_materialised(s.e))
+        elif isinstance(s, KAwhile):
+            s = KAwhile(s.outs, s.params, read_materialised(s.cond), read_materialised(s.body),
+                        s.init)
+        steps.append(s)
+    for i, g in enumerate(steps):
+        pattern = _pattern(g)
+        if pattern is not None:
+            steps[i + 1:] = [_rewrite_step(s, g, pattern) for s in steps[i + 1:]]
+    return KBlock(tuple(steps), blk.result)
+
+
+def _pattern(g):
+    """The let-free element function of a generate worth reading, or None."""
+    if not isinstance(g, KGenerate) or len(g.outs) != 1:
+        return None
+    if not g.f.params[0].type.items:  # rank 0
+        return None
+    body = _expand(g.f.body)
+    return None if body is None or _ops(body) < MIN_OPS else body
+
+
+def _ops(e) -> int:
+    n, stack = 0, [e]
+    while stack:
+        x = stack.pop()
+        n += isinstance(x, (N.PrimApp, N.Index))
+        stack.extend(children(x))
+    return n
+
+
+def _rewrite_step(s, g: KGenerate, pattern):
+    if isinstance(s, KGenerate):
+        dims = [_dim(s.shape, m) for m in range(len(s.shape.type.items))]
+        f = _rewrite_lam(s.f, dims, g, pattern)
+        return s if f is s.f else KGenerate(s.outs, s.shape, f)
+    if isinstance(s, KFold):
+        dims = [_dim(s.shape, m) for m in range(len(s.shape.type.items))] + [tidy(s.n)]
+        src = _rewrite_lam(s.src, dims, g, pattern)
+        return s if src is s.src else KFold(s.out, s.shape, s.n, s.f, s.z, src)
+    return s
+
+
+def _rewrite_lam(lam: N.Lam, dims: list, g: KGenerate, pattern) -> N.Lam:
+    body = _expand(lam.body)
+    if body is None:
+        return lam
+    ig, ix = g.f.params[0], lam.params[0]
+    gdims = [_dim(g.shape, k) for k in range(len(ig.type.items))]
+    found = [False]
+
+    def go(t):
+        env: dict = {}
+        if _bind(pattern, t, ig, ix, env) and set(env) == set(range(len(gdims))) and all(
+                _le(dims[m], gdims[k]) for k, m in env.items()):
+            found[0] = True
+            return N.Index(g.outs[0], N.Tuple(tuple(N.Prj(env[k], ix)
+                                                    for k in range(len(gdims)))))
+        return map_children(t, go)
+
+    new = go(body)
+    return N.Lam(lam.params, tidy(new)) if found[0] else lam
+
+
+def _bind(p, t, ig: N.Var, ix: N.Var, env: dict) -> bool:
+    """Whether ``t`` is ``p`` with each component ``ig.k`` read as a component ``ix.m``
+    of the kernel's index (``env[k] = m``, the same ``m`` for every read of ``ig.k``)."""
+    if isinstance(p, N.Prj) and p.tup == ig:
+        if not (isinstance(t, N.Prj) and t.tup == ix):
+            return False
+        return env.setdefault(p.index, t.index) == t.index
+    if p == ig:  # the whole index: the kernel's own, component by component
+        rank = len(ig.type.items)
+        return t == ix and len(ix.type.items) == rank and all(
+            env.setdefault(k, k) == k for k in range(rank))
+    if type(p) is not type(t) or isinstance(p, N.Lam):
+        return False
+    if ig.name not in free_vars(p):
+        return p == t
+    for f in fields(p):
+        if not f.compare or f.name == "ty":
+            continue
+        x, y = getattr(p, f.name), getattr(t, f.name)
+        if isinstance(x, N.Node):
+            if not _bind(x, y, ig, ix, env):
+                return False
+        elif isinstance(x, tuple) and any(isinstance(v, N.Node) for v in x):
+            if len(x) != len(y) or not all(_bind(u, v, ig, ix, env) for u, v in zip(x, y)):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def _le(e, d) -> bool:
+    """Whether the size ``e`` is at most ``d`` for every value of the arguments: equal,
+    constants in order, or a ``min`` with an argument that is."""
+    if e == d:
+        return True
+    if isinstance(e, N.Const) and isinstance(d, N.Const):
+        return e.value <= d.value
+    return isinstance(e, N.PrimApp) and e.op == "min" and any(_le(a, d) for a in e.args)
