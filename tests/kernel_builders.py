@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from accel.ast import nodes as N
 from accel.ast.types import ArrayT, ATupleT, float64, int64, shape_type
-from accel.fusion.kernels import KBlock, KernelProgram
+from accel.fusion.kernels import KBlock, KernelProgram, KGenerate
 
 
 def P(op, *args):
@@ -72,3 +72,10 @@ def kernel_asm(runner, name_pattern: str):
                 for p in inspect.signature(py).parameters)
     fn.compile(sig)
     return py, fn.inspect_asm(sig)
+
+
+def unary_prog(op, elt):
+    """``y[i] = op(x[i])``: one element loop of a unary primitive."""
+    xs, out = av(elt, 1, "x"), av(elt, 1, "y")
+    return kprog((xs,), [KGenerate((out,), sh(dim(xs, 0)), ix_lam(1, lambda i: P(op, at(xs, i))))],
+                 out)

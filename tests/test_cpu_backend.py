@@ -29,7 +29,8 @@ from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold,
 from accel.fusion.numpy_eval import evaluate  # noqa: E402
 from backends.cpu import cache, codegen, prepare_kernels  # noqa: E402
 from backends.cpu.runtime import POOL_MIN_BYTES  # noqa: E402
-from kernel_builders import P, at, av, dim, f64, i64, ix_lam, kprog, lam, sh  # noqa: E402
+from kernel_builders import (P, at, av, dim, f64, i64, ix_lam, kprog, lam, sh,  # noqa: E402
+                             unary_prog)
 
 # --------------------------------------------------------------------------- builders
 
@@ -320,7 +321,7 @@ def test_fold_of_exp_or_log_buffers_its_source_and_sums_in_order(op, small_chunk
         runner = prepare_kernels(kp)
         f_src = next(t for t in runner.source().split("@nb.njit") if "_f(lo, hi" in t)
         assert "np.empty(32" in f_src and f"_{op}(" in f_src
-        elems = prepare_kernels(_unary_prog(op, float64))  # the same mathlib values
+        elems = prepare_kernels(unary_prog(op, float64))  # the same mathlib values
         for n in (1, 31, 32, 33, 100, 1000) if rank == 1 else (0, 33, 250):
             shape = (n,) if rank == 1 else (3, n)
             x = rng.uniform(0.1, 3.0, shape)
@@ -337,12 +338,6 @@ def test_fold_of_exp_or_log_buffers_its_source_and_sums_in_order(op, small_chunk
             else:  # chunked (small_chunks), or rows in blocks (phase b may contract FMAs)
                 np.testing.assert_allclose(got, np.array(want).reshape(shape[:-1]), rtol=1e-14)
             assert_same(got, evaluate(kp, [x]), rtol=1e-13)
-
-
-def _unary_prog(op, elt):
-    xs, out = av(elt, 1, "x"), av(elt, 1, "y")
-    return kprog((xs,), [KGenerate((out,), sh(dim(xs, 0)),
-                                   ix_lam(1, lambda i: P(op, at(xs, i))))], out)
 
 
 @pytest.fixture

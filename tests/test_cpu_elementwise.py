@@ -15,17 +15,8 @@ from accel.ast.types import float32, float64
 from accel.fusion.kernels import KGenerate
 from accel.fusion.numpy_eval import evaluate
 from backends.cpu import prepare_kernels
-from kernel_builders import P, at, av, dim, f64, ix_lam, kernel_asm, kprog, sh
-
-
-def _unary_prog(op, elt):
-    xs, out = av(elt, 1, "x"), av(elt, 1, "y")
-    f = ix_lam(1, lambda i: P(op, at(xs, i)))
-    return kprog((xs,), [KGenerate((out,), sh(dim(xs, 0)), f)], out)
-
-
-def _exp_prog(elt):
-    return _unary_prog("exp", elt)
+from kernel_builders import (P, at, av, dim, f64, ix_lam, kernel_asm, kprog, sh,
+                             unary_prog)
 
 
 def _exp_arguments():
@@ -47,7 +38,7 @@ def _ulps(got, want):
 
 def test_exp_is_within_an_ulp_of_numpy_with_the_same_specials():
     x = _exp_arguments()
-    got = prepare_kernels(_exp_prog(float64))([x])
+    got = prepare_kernels(unary_prog("exp", float64))([x])
     with np.errstate(over="ignore"):
         want = np.exp(x)
     finite = np.isfinite(want) & (want != 0)
@@ -63,7 +54,7 @@ def test_exp_is_within_an_ulp_of_numpy_with_the_same_specials():
 def test_exp_float32_rounds_the_float64_result():
     x = _exp_arguments()
     x = x[np.abs(x) < 120].astype(np.float32)
-    got = prepare_kernels(_exp_prog(float32))([x])
+    got = prepare_kernels(unary_prog("exp", float32))([x])
     assert got.dtype == np.float32
     with np.errstate(over="ignore"):
         want = np.exp(x.astype(np.float64)).astype(np.float32)  # correctly rounded, almost
@@ -86,7 +77,7 @@ def _log_arguments():
 
 def test_log_is_within_an_ulp_with_the_same_specials():
     x = _log_arguments()
-    got = prepare_kernels(_unary_prog("log", float64))([x])
+    got = prepare_kernels(unary_prog("log", float64))([x])
     with np.errstate(divide="ignore", invalid="ignore"):
         want = np.log(x)
         exact = np.log(x.astype(np.longdouble))  # 11 more bits (x86), NaN where NumPy's
@@ -105,7 +96,7 @@ def test_log_is_within_an_ulp_with_the_same_specials():
 def test_log_float32_rounds_the_float64_result():
     x = _log_arguments()
     x = x[(x > 1e-37) & (x < 1e37)].astype(np.float32)
-    got = prepare_kernels(_unary_prog("log", float32))([x])
+    got = prepare_kernels(unary_prog("log", float32))([x])
     assert got.dtype == np.float32
     want = np.log(x.astype(np.float64)).astype(np.float32)
     finite = np.isfinite(want) & (want != 0)
@@ -118,7 +109,7 @@ def test_log_float32_rounds_the_float64_result():
 def test_exp_and_log_loops_compile_to_vector_code_without_libm_calls(op):
     """Guards the point of ``mathlib``: with numba's ``np.exp`` or ``np.log`` (a libm call
     per element) such a loop is never vectorized."""
-    runner = prepare_kernels(_unary_prog(op, float64))
+    runner = prepare_kernels(unary_prog(op, float64))
     x = np.linspace(0.5, 5, 1000)
     runner([x])
     py, asm = kernel_asm(runner, r"k\d+_g")
