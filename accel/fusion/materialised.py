@@ -14,12 +14,10 @@ evaluated once.
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 from ..ast import nodes as N
-from ..ast.traverse import children, free_vars, map_children
+from ..ast.traverse import children, map_children
 from .kernels import KAcond, KAwhile, KBlock, KFold, KGenerate
-from .reductions import _dim, _expand
+from .reductions import _dim, _expand, match_under
 from .simplify import tidy
 
 __all__ = ["read_materialised"]
@@ -101,31 +99,17 @@ def _rewrite_lam(lam: N.Lam, dims: list, g: KGenerate, pattern) -> N.Lam:
 def _bind(p, t, ig: N.Var, ix: N.Var, env: dict) -> bool:
     """Whether ``t`` is ``p`` with each component ``ig.k`` read as a component ``ix.m``
     of the kernel's index (``env[k] = m``, the same ``m`` for every read of ``ig.k``)."""
-    if isinstance(p, N.Prj) and p.tup == ig:
-        if not (isinstance(t, N.Prj) and t.tup == ix):
-            return False
-        return env.setdefault(p.index, t.index) == t.index
-    if p == ig:  # the whole index: the kernel's own, component by component
-        rank = len(ig.type.items)
-        return t == ix and len(ix.type.items) == rank and all(
-            env.setdefault(k, k) == k for k in range(rank))
-    if type(p) is not type(t) or isinstance(p, N.Lam):
-        return False
-    if ig.name not in free_vars(p):
-        return p == t
-    for f in fields(p):
-        if not f.compare or f.name == "ty":
-            continue
-        x, y = getattr(p, f.name), getattr(t, f.name)
-        if isinstance(x, N.Node):
-            if not _bind(x, y, ig, ix, env):
+    def leaf(p, t):
+        if isinstance(p, N.Prj) and p.tup == ig:
+            if not (isinstance(t, N.Prj) and t.tup == ix):
                 return False
-        elif isinstance(x, tuple) and any(isinstance(v, N.Node) for v in x):
-            if len(x) != len(y) or not all(_bind(u, v, ig, ix, env) for u, v in zip(x, y)):
-                return False
-        elif x != y:
-            return False
-    return True
+            return env.setdefault(p.index, t.index) == t.index
+        if p == ig:  # the whole index: the kernel's own, component by component
+            rank = len(ig.type.items)
+            return t == ix and len(ix.type.items) == rank and all(
+                env.setdefault(k, k) == k for k in range(rank))
+        return None
+    return match_under(p, t, ig, leaf)
 
 
 def _le(e, d) -> bool:

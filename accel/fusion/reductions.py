@@ -192,36 +192,46 @@ def _retarget_block(b: KBlock, name, make) -> KBlock:
 # --------------------------------------------------------------------------- reuse
 
 
-def _match(p, t, ia: N.Var, ra: int, ib: N.Var, rb: int, env: dict) -> bool:
-    """Whether pattern ``p`` (a source of fold A, index ``ia`` of rank ``ra + 1``) equals
-    ``t`` (a source of fold B, index ``ib``) once each outer component ``ia.k`` is read
-    as an outer component ``ib.env[k]`` (bound here) and A's inner component as B's."""
-    if isinstance(p, N.Prj) and p.tup == ia:
-        if not (isinstance(t, N.Prj) and t.tup == ib):
-            return False
-        if p.index == ra or t.index == rb:
-            return p.index == ra and t.index == rb
-        return env.setdefault(p.index, t.index) == t.index
-    if p == ia or t == ib or type(p) is not type(t):
+def match_under(p, t, var: N.Var, leaf) -> bool:
+    """Whether ``t`` equals the pattern ``p`` node by node, where ``leaf(p, t)`` decides
+    the pattern's reads of the index ``var`` (True or False; None elsewhere): the
+    structural walk shared by :func:`_match` and ``materialised``'s reads."""
+    r = leaf(p, t)
+    if r is not None:
+        return r
+    if type(p) is not type(t) or isinstance(p, N.Lam):
         return False
-    if isinstance(p, N.Lam):
-        return False
-    if ia.name not in free_vars(p):
+    if var.name not in free_vars(p):
         return p == t
     for f in fields(p):
         if not f.compare or f.name == "ty":
             continue
         x, y = getattr(p, f.name), getattr(t, f.name)
         if isinstance(x, N.Node):
-            if not _match(x, y, ia, ra, ib, rb, env):
+            if not match_under(x, y, var, leaf):
                 return False
         elif isinstance(x, tuple) and any(isinstance(v, N.Node) for v in x):
-            if len(x) != len(y) or not all(_match(u, v, ia, ra, ib, rb, env)
+            if len(x) != len(y) or not all(match_under(u, v, var, leaf)
                                            for u, v in zip(x, y)):
                 return False
         elif x != y:
             return False
     return True
+
+
+def _match(p, t, ia: N.Var, ra: int, ib: N.Var, rb: int, env: dict) -> bool:
+    """Whether pattern ``p`` (a source of fold A, index ``ia`` of rank ``ra + 1``) equals
+    ``t`` (a source of fold B, index ``ib``) once each outer component ``ia.k`` is read
+    as an outer component ``ib.env[k]`` (bound here) and A's inner component as B's."""
+    def leaf(p, t):
+        if isinstance(p, N.Prj) and p.tup == ia:
+            if not (isinstance(t, N.Prj) and t.tup == ib):
+                return False
+            if p.index == ra or t.index == rb:
+                return p.index == ra and t.index == rb
+            return env.setdefault(p.index, t.index) == t.index
+        return False if p == ia or t == ib else None
+    return match_under(p, t, ia, leaf)
 
 
 def _reindex(a: KFold, b: KFold):
