@@ -105,6 +105,21 @@ def test_sums_that_differ_are_not_shared(xy):
         check(f, (full, other), x, y)
 
 
+def test_a_sum_over_an_outer_index_of_another_sum_is_not_shared():
+    """``sum_j x[b,a,j] y[b] z[a]`` and ``sum_j x[b,j,a] y[b] z[a]`` read ``x`` with the
+    folded index in different places: the second is not the first at another index."""
+    rng = np.random.default_rng(3)
+    x, y, z = rng.normal(size=(4, 4, 4)), rng.normal(size=4), rng.normal(size=4)
+
+    def f(x, y, z):
+        m = x.shape[0]
+        first = A.sum(A.generate((m, m, m), lambda i: x[i[1], i[0], i[2]] * y[i[1]] * z[i[0]]))
+        second = A.sum(A.generate((m, m, m), lambda i: x[i[1], i[2], i[0]] * y[i[1]] * z[i[0]]))
+        return first, second
+    assert folds(f, x, y, z) == [2, 2]
+    check(f, (np.einsum("baj,b,a->ab", x, y, z), np.einsum("bja,b,a->ab", x, y, z)), x, y, z)
+
+
 def means_adjoint(lmat, adj, w):
     """sum_n -(sum_r L[k,r,d] adj[n,k,r] + w[k,d] adj[n,k,d]): the GMM means' adjoint."""
     n, k, d = adj.shape
