@@ -16,7 +16,6 @@ Errors raised while tracing name the operation and point at the user's line.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 
 import numpy as np
@@ -26,8 +25,12 @@ from .ast.types import (ArrayT, ATupleT, Scalar, TupleT, bool_, float64, int32, 
                         scalar_of_dtype)
 from .errors import AccelError, ProgramTypeError, ShapeError
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
-_BACKENDS_DIR = os.path.join(os.path.dirname(_PKG_DIR), "backends")
+
+def _inside_accel(module_name: str) -> bool:
+    """Whether a frame of module ``module_name`` is accel's own code (the language, the
+    compiler and the backends; ``accel.adbench`` is an application written in accel)."""
+    return (module_name == "accel" or module_name.startswith("accel.")) \
+        and not module_name.startswith("accel.adbench")
 
 
 # --------------------------------------------------------------------------- errors
@@ -37,8 +40,7 @@ def user_location() -> str:
     """``file:line`` of the innermost stack frame outside accel itself."""
     f = sys._getframe(1)
     while f is not None:
-        fn = os.path.abspath(f.f_code.co_filename)
-        if not (fn.startswith(_PKG_DIR) or fn.startswith(_BACKENDS_DIR)):
+        if not _inside_accel(f.f_globals.get("__name__", "")):
             return f"{f.f_code.co_filename}:{f.f_lineno}"
         f = f.f_back
     return "<unknown>"

@@ -24,8 +24,8 @@ from .frontend import arg_type, located, trace_program
 
 #: Backend name -> module.  A module with ``prepare_kernels`` consumes the fused kernel
 #: program; one with only ``prepare`` consumes the AST (the reference interpreter).
-BACKENDS = {"interpreter": "backends.interpreter", "fused": "backends.fused",
-            "cpu": "backends.cpu", "cuda": "backends.cuda"}
+BACKENDS = {"interpreter": "accel.backends.interpreter", "fused": "accel.backends.fused",
+            "cpu": "accel.backends.cpu", "cuda": "accel.backends.cuda"}
 
 def _simplify(prog):
     from .fusion.simplify import simplify

@@ -6,6 +6,6 @@
   objective and hand-written gradient.
 * ``adbench.ba``: BA residuals and the CSR Jacobian via ``A.gradientE``, and NumPy.
 * ``adbench.check``: comparison with the golden references (ADBench's metric).
-* ``python -m adbench {gmm,ba,bench}``: the command line (``adbench.__main__``,
+* ``python -m accel.adbench {gmm,ba,bench}``: the command line (``adbench.__main__``,
   ``adbench.bench``).
 """

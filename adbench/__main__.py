@@ -1,8 +1,8 @@
-"""Command line: ``python -m adbench {gmm,ba,bench} ...``.
+"""Command line: ``python -m accel.adbench {gmm,ba,bench} ...``.
 
-    python -m adbench gmm [FILE...] [--backend B] [--out DIR] [--check]
-    python -m adbench ba  [FILE...] [--backend B] [--out DIR] [--check]
-    python -m adbench bench [--files FILE...] [--max-seconds 5] [--out DIR]
+    python -m accel.adbench gmm [FILE...] [--backend B] [--out DIR] [--check]
+    python -m accel.adbench ba  [FILE...] [--backend B] [--out DIR] [--check]
+    python -m accel.adbench bench [--files FILE...] [--max-seconds 5] [--out DIR]
 
 Without FILE arguments ``gmm`` and ``ba`` run on the small ADBench files shipped in
 ``adbench/data``.  Outputs are ``<name>_F_accel.txt`` and ``<name>_J_accel.txt`` in
@@ -157,7 +157,7 @@ def run_ba(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     default_out = os.path.join(tempfile.gettempdir(), "adbench_out")
     p = argparse.ArgumentParser(
-        prog="python -m adbench",
+        prog="python -m accel.adbench",
         description="ADBench's GMM and BA tasks in accel: objectives, gradients and sparse "
                     "Jacobians, checks against golden references, and benchmarks.")
     sub = p.add_subparsers(dest="command", required=True)

@@ -1,4 +1,4 @@
-"""``python -m adbench bench``: ADBench-style timings.
+"""``python -m accel.adbench bench``: ADBench-style timings.
 
 For every input file and tool, the objective and the gradient (GMM) or Jacobian (BA) are
 each run up to ``--max-runs`` times (10) or until ``--max-seconds`` (5 s) have passed,
@@ -114,7 +114,7 @@ def accel_tool_name(backend: str) -> str:
     """``accel-<backend>``, with ``+ftz`` when the cpu backend flushes subnormals
     (``ACCEL_FLUSH_SUBNORMALS``, as XLA always does on CPUs): the mode changes results
     and speed, so it is part of the name in the CSV and the plot."""
-    from backends.cpu import fpmode
+    from accel.backends.cpu import fpmode
     return f"accel-{backend}{'+ftz' if backend == 'cpu' and fpmode.flush_subnormals() else ''}"
 
 

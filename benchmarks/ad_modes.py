@@ -15,8 +15,8 @@ import time
 import numpy as np
 
 import accel as A
-from adbench import gmm
-from adbench import io as aio
+from accel.adbench import gmm
+from accel.adbench import io as aio
 from timing import best  # sibling script
 
 HERE = os.path.dirname(os.path.abspath(__file__))

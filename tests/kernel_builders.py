@@ -61,7 +61,7 @@ def kernel_asm(runner, name_pattern: str):
 
     import numba
 
-    from backends.cpu import vectorize
+    from accel.backends.cpu import vectorize
     (name,) = [n for n in vars(runner.module) if re.fullmatch(name_pattern, n)]
     py = getattr(runner.module, name).py_func
     fn = numba.njit(error_model="numpy", fastmath={"contract"})(py)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import accel as A
-from adbench import ba, check, gmm
-from adbench import io as aio
+from accel.adbench import ba, check, gmm
+from accel.adbench import io as aio
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = check.PACKAGE_DATA
@@ -84,7 +84,7 @@ def test_gmm_gradient_kernels_never_build_the_point_component_matrix_products():
     from accel.fusion.fuse import fuse
     from accel.fusion.kernels import KFold, KGenerate
     from accel.pipeline import optimise
-    from backends.cpu.codegen import _outer_major
+    from accel.backends.cpu.codegen import _outer_major
 
     inp = aio.read_gmm(gmm_file("1k/gmm_d10_K5.txt"))
     args = gmm.GMMRunner("fused")._args(inp, inp.x_stored, inp.n, 1.0)
@@ -411,7 +411,7 @@ def test_missing_and_binary_files(tmp_path):
 def _cli(*args, env_extra=None):
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "adbench", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "accel.adbench", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -461,7 +461,7 @@ def test_cli_bench_writes_csv(tmp_path):
 
 
 def test_bench_names_the_flush_mode(monkeypatch):
-    from adbench.bench import accel_tool_name
+    from accel.adbench.bench import accel_tool_name
     monkeypatch.delenv("ACCEL_FLUSH_SUBNORMALS", raising=False)
     assert accel_tool_name("cpu") == "accel-cpu"
     monkeypatch.setenv("ACCEL_FLUSH_SUBNORMALS", "1")

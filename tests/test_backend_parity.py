@@ -15,7 +15,7 @@ def _usable(name: str) -> bool:
     if name not in BACKENDS:
         return False
     if name == "cuda":  # numba-cuda installed, and a GPU or the simulator
-        from backends.cuda import available
+        from accel.backends.cuda import available
         return available()[0]
     return True
 

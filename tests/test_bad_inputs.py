@@ -494,7 +494,7 @@ MALFORMED_GMM = [
 
 @pytest.mark.parametrize("name, edit", MALFORMED_GMM, ids=[m[0] for m in MALFORMED_GMM])
 def test_malformed_adbench_files(tmp_path, name, edit):
-    io = pytest.importorskip("adbench.io")
+    io = pytest.importorskip("accel.adbench.io")
     path = tmp_path / f"gmm_{name}.txt"
     if isinstance(edit, bytes):
         path.write_bytes(edit)
@@ -507,7 +507,7 @@ def test_malformed_adbench_files(tmp_path, name, edit):
 
 
 def test_missing_adbench_file(tmp_path):
-    io = pytest.importorskip("adbench.io")
+    io = pytest.importorskip("accel.adbench.io")
     with pytest.raises(A.AccelError) as info:
         io.read_gmm(tmp_path / "nosuch.txt")
     assert "nosuch.txt" in str(info.value)
@@ -557,7 +557,7 @@ print("OK")
 def _cpu_cache(tmp_path):
     if not usable("cpu"):
         pytest.skip("the cpu backend is not available")
-    cache = pytest.importorskip("backends.cpu.cache")
+    cache = pytest.importorskip("accel.backends.cpu.cache")
     if not hasattr(cache, "cache_dir"):
         pytest.skip("the cpu backend does not expose its cache directory")
     env = {"ACCEL_CACHE_DIR": str(tmp_path)}

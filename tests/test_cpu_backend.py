@@ -27,8 +27,8 @@ from accel.errors import OutOfBoundsError, ShapeError  # noqa: E402
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold,  # noqa: E402
                                   KGenerate, KPermute, KScan, KUse)
 from accel.fusion.numpy_eval import evaluate  # noqa: E402
-from backends.cpu import cache, codegen, prepare_kernels  # noqa: E402
-from backends.cpu.runtime import POOL_MIN_BYTES  # noqa: E402
+from accel.backends.cpu import cache, codegen, prepare_kernels  # noqa: E402
+from accel.backends.cpu.runtime import POOL_MIN_BYTES  # noqa: E402
 from kernel_builders import (P, at, av, dim, f64, i64, ix_lam, kprog, lam, sh,  # noqa: E402
                              unary_prog)
 
@@ -592,7 +592,7 @@ def test_permute_add_many_collisions_matches_add_at(small_chunks):
 def test_parallel_scatters_take_as_many_private_buffers_as_pay():
     """Private buffers cost an initialisation and a merge per target: at most two
     scatters' worth of elements (a function of the shapes, so of no thread count)."""
-    from backends.cpu.runtime import _permute_chunks
+    from accel.backends.cpu.runtime import _permute_chunks
     assert _permute_chunks(16, 1_000_000) == codegen.PERMUTE_CHUNKS
     assert _permute_chunks(50_000, 200_000) == 8
     assert _permute_chunks(52_800, 102_400) == 2  # the GMM's lower-triangle gradients
@@ -821,7 +821,7 @@ import numpy as np
 import os
 import test_cpu_backend as t  # (sets its own cache directory: use the parent's)
 os.environ["ACCEL_CACHE_DIR"] = {cache!r}
-from backends.cpu import prepare_kernels
+from accel.backends.cpu import prepare_kernels
 kp = t._fold_prog(2, t.matmul2(), None, t.compose_t())
 r = prepare_kernels(kp)
 x = tuple(c.reshape(2, 5000) for c in t.mats(10000))  # big enough for the parallel driver

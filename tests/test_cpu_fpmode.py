@@ -11,7 +11,7 @@ import pytest
 
 import accel as A
 from accel.errors import BackendError
-from backends.cpu import fpmode
+from accel.backends.cpu import fpmode
 
 pytestmark = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
                                 reason="the flush modes are x86-64 MXCSR bits")

@@ -33,7 +33,7 @@ from accel.errors import OutOfBoundsError, ShapeError  # noqa: E402
 from accel.fusion.kernels import (KBlock, KernelProgram, KFold, KGenerate,  # noqa: E402
                                   KPermute, KScan)
 from accel.fusion.numpy_eval import evaluate  # noqa: E402
-from backends import cuda as cuda_backend  # noqa: E402
+from accel.backends import cuda as cuda_backend  # noqa: E402
 from kernel_builders import P, at, av, dim, f64, i64, ix_lam, kprog, lam, sh  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,7 +52,7 @@ def prepare(kp, check_bounds=False, block=BLOCK):
 
 
 def kernel_program(fn, args):
-    from backends.cuda.ptxcheck import kernel_program as kp_of
+    from accel.backends.cuda.ptxcheck import kernel_program as kp_of
     return kp_of(fn, args)
 
 
@@ -171,7 +171,7 @@ def test_parity_corpus_matches_interpreter(name):
 def test_extra_corpus_permute_strategies_and_primitives():
     """The programs the PTX check adds: CAS and lock permutes, integer atomics, float32,
     every float primitive (exact on the simulator: NumPy implements both sides)."""
-    from backends.cuda.ptxcheck import _extra_corpus
+    from accel.backends.cuda.ptxcheck import _extra_corpus
     for name, (fn, args) in sorted(_extra_corpus().items()):
         got, runner = assert_matches_interpreter(fn, *args, rtol=1e-6, atol=1e-12)
         if name == "x_prims":
@@ -191,8 +191,8 @@ def test_gradients_match_interpreter():
 
 
 def test_gmm_gradient_matches_interpreter():
-    from adbench import gmm
-    from adbench import io as aio
+    from accel.adbench import gmm
+    from accel.adbench import io as aio
     g = aio.read_gmm(os.path.join(ROOT, "adbench", "data", "gmm", "test.txt"))
     args = (g.alphas, g.means, g.icf, g.x, gmm.constants(g.d, g.k, g.n, g.gamma, g.m))
     _, runner = assert_matches_interpreter(gmm.gradient, *args, rtol=1e-9, atol=1e-9)
@@ -369,7 +369,7 @@ def _permute_prog(comb, elt, default, keep=None):
 
 
 def _mode(kp):
-    from backends.cuda.codegen import permute_mode
+    from accel.backends.cuda.codegen import permute_mode
     return permute_mode(kp.body.steps[0])
 
 
@@ -539,8 +539,8 @@ def _python(code, env_changes):
 _UNAVAILABLE = """
 import accel as A
 from accel.errors import BackendError
-from backends.cuda import prepare_kernels
-from backends.cuda.ptxcheck import kernel_program
+from accel.backends.cuda import prepare_kernels
+from accel.backends.cuda.ptxcheck import kernel_program
 kp = kernel_program(lambda a: A.map(lambda v: v + 1.0, a), (__import__("numpy").ones(3),))
 try:
     prepare_kernels(kp, False)
@@ -564,10 +564,10 @@ def test_backend_error_without_gpu_or_simulator_or_numba_cuda():
 
 def test_every_kernel_compiles_to_ptx_for_cc90():
     """The parity corpus, the extra programs and the GMM and BA gradient programs compile
-    to PTX for compute capability 9.0 (``python -m backends.cuda.ptxcheck`` also does the
+    to PTX for compute capability 9.0 (``python -m accel.backends.cuda.ptxcheck`` also does the
     bounds-checked variants).  Runs in a subprocess without the simulator."""
     env = {"NUMBA_ENABLE_CUDASIM": None}
-    res = _python("import sys; from backends.cuda.ptxcheck import main; "
+    res = _python("import sys; from accel.backends.cuda.ptxcheck import main; "
                   "sys.exit(main(['--quick', '--adbench', '--quiet']))", env)
     if res.returncode == 3:
         pytest.skip("cuda.compile_ptx is unavailable: " + res.stderr.strip()[-300:])

@@ -549,7 +549,7 @@ def test_permute_other_combination_not_differentiable(backend):
 def test_tuple_parameter_program(backend):
     from accel.ast import nodes as N
     from accel.ast.types import ArrayT, ATupleT, float64
-    from backends.interpreter import evaluate
+    from accel.backends.interpreter import evaluate
     v1 = ArrayT(float64, 1)
     p = N.Avar(N.fresh("a"), ATupleT((v1, v1)))
     x, y = N.Var(N.fresh("x"), float64), N.Var(N.fresh("y"), float64)

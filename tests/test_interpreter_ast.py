@@ -45,7 +45,7 @@ from accel.ast.nodes import (
 )
 from accel.ast.types import ArrayT, TupleT, bool_, float32, float64, int32, int64, shape_type
 from accel.errors import OutOfBoundsError, ShapeError
-from backends.interpreter import InterpreterBackend, evaluate, make_runner
+from accel.backends.interpreter import InterpreterBackend, evaluate, make_runner
 
 # --------------------------------------------------------------------------- builders
 

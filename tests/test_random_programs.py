@@ -140,7 +140,7 @@ def test_cpu_backend_runs_gradient_programs_like_the_interpreter(desc):
 
 def test_properties_detect_a_wrong_backend(monkeypatch):
     """The backend property is not vacuous: a backend that perturbs results fails it."""
-    import backends.fused as fused
+    import accel.backends.fused as fused
     d = ProgramDesc("def prog(a0):\n    return A.map(lambda x: x * 2.0, a0)\n",
                     (np.arange(3.0),), (("f64", 1),), False)
     check_backends(d, ["fused"])

@@ -25,7 +25,7 @@ from accel.errors import OutOfBoundsError, ProgramTypeError
 from accel.frontend import trace_program
 from accel.fusion import simplify as S
 from accel.fusion.simplify import simplify
-from backends.interpreter import evaluate
+from accel.backends.interpreter import evaluate
 
 F, I64 = float64, int64
 V1, V2, I1 = ArrayT(F, 1), ArrayT(F, 2), ArrayT(I64, 1)

@@ -8,7 +8,7 @@ this evaluator tiny and independent of every code generator.
 
 from __future__ import annotations
 
-from backends import interpreter as I
+from accel.backends import interpreter as I
 
 from ..ast import nodes as N
 from ..ast.types import ArrayT, ATupleT, TupleT

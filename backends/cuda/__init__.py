@@ -12,7 +12,7 @@ loops), ``launches`` and the launch configuration.
 It needs numba-cuda (``pip install "numba-cuda[cu13]"``, or ``pip install -e
 ".[cuda]"``) and either a CUDA GPU or the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` set
 before ``numba.cuda`` is first imported); otherwise ``prepare_kernels`` raises
-``BackendError``.  ``python -m backends.cuda.ptxcheck`` compiles every kernel of a
+``BackendError``.  ``python -m accel.backends.cuda.ptxcheck`` compiles every kernel of a
 corpus to PTX without a GPU.
 """
 

@@ -42,8 +42,8 @@ from accel.ast.types import Scalar, leaves
 from accel.errors import BackendError
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
                                   KUse)
-from backends.cpu import codegen as cpu
-from backends.cpu.codegen import (ERR_SIZE, KernelGen, Site, cast, fast_comb, flat,  # noqa: F401
+from accel.backends.cpu import codegen as cpu
+from accel.backends.cpu.codegen import (ERR_SIZE, KernelGen, Site, cast, fast_comb, flat,  # noqa: F401
                                   rebuild)
 
 from . import intrinsics
@@ -55,7 +55,7 @@ HEADER = '''"""accel CUDA kernels (generated; do not edit: the file name is its 
 import numpy as np
 from numba import cuda
 
-from backends.cuda.intrinsics import ({names})  # noqa: F401
+from accel.backends.cuda.intrinsics import ({names})  # noqa: F401
 
 BLOCK = {block}
 '''

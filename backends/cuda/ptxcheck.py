@@ -1,6 +1,6 @@
 """Compile every CUDA kernel of a program corpus to PTX, without a GPU.
 
-    python -m backends.cuda.ptxcheck [--cc 9.0] [--quick] [--quiet]
+    python -m accel.backends.cuda.ptxcheck [--cc 9.0] [--quick] [--quiet]
 
 The corpus is the backend-parity corpus (``tests/test_backend_parity.py``'s
 ``CORPUS``: primal programs and gradients), the ADBench GMM gradient and BA Jacobian
@@ -107,8 +107,8 @@ def corpus(quick: bool = False, adbench: bool = False) -> dict:
     progs.update(_extra_corpus())
     if quick and not adbench:
         return progs
-    from adbench import ba, gmm
-    from adbench import io as aio
+    from accel.adbench import ba, gmm
+    from accel.adbench import io as aio
     data = ROOT / "adbench" / "data"
     g = aio.read_gmm(str(data / "gmm" / "test.txt"))
     progs["gmm_gradient"] = (gmm.gradient, (g.alphas, g.means, g.icf, g.x,
@@ -145,7 +145,7 @@ def compile_program(kp, cc=(9, 0), check_bounds: bool = False, block: int = 128)
     """Compile every kernel of ``kp``'s generated module to PTX; ``[(name, ptx), ...]``."""
     from numba import cuda
 
-    from backends.cpu import cache
+    from accel.backends.cpu import cache
 
     from . import codegen
     gen = codegen.generate(kp.body, check_bounds, block)
@@ -204,7 +204,7 @@ def run(cc=(9, 0), verbose: bool = True, quick: bool = False, adbench: bool = Fa
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m backends.cuda.ptxcheck",
+    ap = argparse.ArgumentParser(prog="python -m accel.backends.cuda.ptxcheck",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--cc", default="9.0", help="compute capability (default 9.0)")
     ap.add_argument("--quiet", action="store_true")
@@ -215,7 +215,7 @@ def main(argv=None) -> int:
     ns = ap.parse_args(argv)
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
         env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-        cmd = [sys.executable, "-m", "backends.cuda.ptxcheck"] + list(argv or sys.argv[1:])
+        cmd = [sys.executable, "-m", "accel.backends.cuda.ptxcheck"] + list(argv or sys.argv[1:])
         return subprocess.call(cmd, env=env, cwd=os.getcwd())
     cc = tuple(int(p) for p in ns.cc.split("."))
     from . import _cuda_module

@@ -32,10 +32,10 @@ from accel.errors import BackendError, OutOfBoundsError, ShapeError
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
                                   KUse, KernelProgram, count_loops, show_kernel_program,
                                   step_outs)
-from backends.cpu import cache
-from backends.cpu.hosteval import HostEval
-from backends.cpu.runtime import (ArrVal, _input, _nest, _rebuild_elt, _result_layout, _shape_of,
-                                  _shown, run_control)
+from accel.backends.cpu import cache
+from accel.backends.cpu.hosteval import HostEval
+from accel.backends.cpu.runtime import (ArrVal, _input, _nest, _rebuild_elt, _result_layout,
+                                        _shape_of, _shown, run_control)
 
 from . import codegen
 from .codegen import ERR_SIZE
