@@ -21,6 +21,7 @@ import time
 
 from accel import AccelError, BackendError
 
+from . import DEFAULT_BACKEND
 from . import check as _check
 from . import io as _io
 
@@ -32,12 +33,6 @@ DEFAULT_GMM = [os.path.join(PACKAGE_DATA, "gmm", p) for p in
                ("test.txt", "1k/gmm_d2_K5.txt", "1k/gmm_d10_K5.txt")]
 DEFAULT_BA = [os.path.join(PACKAGE_DATA, "ba", p) for p in
               ("test.txt", "ba1_n49_m7776_p31843.txt")]
-
-
-def default_backend() -> str:
-    """``cpu`` (numba) when the pipeline has it, else ``fused``."""
-    from accel.pipeline import BACKENDS
-    return "cpu" if "cpu" in BACKENDS else "fused"
 
 
 def _progress(total, desc, unit):
@@ -67,7 +62,7 @@ def _status(ok: bool, label: str, text: str) -> str:
 
 def run_gmm(args) -> int:
     from .gmm import GMMRunner
-    backend = args.backend or default_backend()
+    backend = args.backend or DEFAULT_BACKEND
     files = args.files or DEFAULT_GMM
     os.makedirs(args.out, exist_ok=True)
     runner = GMMRunner(backend, chunk=args.chunk)
@@ -109,7 +104,7 @@ def run_gmm(args) -> int:
 
 def run_ba(args) -> int:
     from .ba import BARunner
-    backend = args.backend or default_backend()
+    backend = args.backend or DEFAULT_BACKEND
     files = args.files or DEFAULT_BA
     os.makedirs(args.out, exist_ok=True)
     runner = BARunner(backend)

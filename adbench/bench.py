@@ -33,6 +33,7 @@ import tracemalloc
 
 import numpy as np
 
+from . import DEFAULT_BACKEND
 from . import ba as _ba
 from . import gmm as _gmm
 from . import io as _io
@@ -375,9 +376,8 @@ def expand_files(specs) -> list:
 
 
 def run_bench(args) -> int:
-    from .__main__ import default_backend
     names = {t.strip() for t in args.tools.split(",") if t.strip()}
-    backends = [b.strip() for b in (args.backend or default_backend()).split(",")]
+    backends = [b.strip() for b in (args.backend or DEFAULT_BACKEND).split(",")]
     files = expand_files(args.files) if args.files else DEFAULT_FILES
     os.makedirs(args.out, exist_ok=True)
     rows = []
