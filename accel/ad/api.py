@@ -16,7 +16,7 @@ from ..ast.types import ArrayT, ATupleT, Scalar, float64
 from ..errors import NotDifferentiableError, ProgramTypeError, ShapeError
 from ..frontend import (Acc, Exp, _acc, _bind_exp, _current, _Open, arg_type, call_program,
                         from_term, located, to_term, trace_lam, trace_program)
-from . import reverse
+from .reverse.driver import reverse_program
 
 
 def default_backend() -> str:
@@ -67,7 +67,7 @@ def gradient_program(prog: N.Program, wrt, op="gradientA", with_value=False,
             f"{op}: the program must return a rank-0 floating array (a scalar loss), but it "
             f"returns {t!r}; use A.vjp for other results")
     idx, single = _resolve_wrt(op, prog, wrt)
-    return reverse.reverse_program(prog, idx, "one", mode, with_value), single
+    return reverse_program(prog, idx, "one", mode, with_value), single
 
 
 def _derivative(f, wrt, op: str, with_value: bool, mode: str):
@@ -117,7 +117,7 @@ def gradientE(f):
 
     >>> A.map(A.gradientE(lambda x: x * A.sin(x)), a)
     """
-    from .expr import gradient_lambda
+    from .reverse.exp import gradient_lambda
 
     @located
     def partials(*args):
@@ -158,7 +158,7 @@ def vjp(f, *args):
     sig, traced = _signature(args, "vjp")
     prog = trace_program(f, sig)
     idx = tuple(i for i, p in enumerate(prog.params) if _is_float_array(p.type))
-    vprog = reverse.reverse_program(prog, idx, "params")
+    vprog = reverse_program(prog, idx, "params")
     res_t = prog.type
     n_out = len(res_t.items) if isinstance(res_t, ATupleT) else 1
     nested = isinstance(res_t, ATupleT)
