@@ -85,7 +85,7 @@ class _Context:
 _stack: list[_Context] = []
 
 
-def _current() -> _Context | None:
+def current_context() -> _Context | None:
     return _stack[-1] if _stack else None
 
 
@@ -102,12 +102,12 @@ class _Open:
 
 
 def _in_scalar_function() -> bool:
-    ctx = _current()
+    ctx = current_context()
     return ctx is not None and ctx.level == "exp"
 
 
-def _require_array_level(op: str):
-    ctx = _current()
+def require_array_level(op: str):
+    ctx = current_context()
     if ctx is None:
         raise ProgramTypeError(f"{op}: array operations are only available while tracing a "
                                "program (use A.run, A.compile or A.show)")
@@ -119,7 +119,7 @@ def _require_array_level(op: str):
 
 def bind_array(term: N.Arr):
     """Bind ``term`` in the current array context; return proxies for its value."""
-    ctx = _current()
+    ctx = current_context()
     if isinstance(term, N.Avar):
         v = term
     else:
@@ -130,8 +130,8 @@ def bind_array(term: N.Arr):
     return Acc(v)
 
 
-def _bind_exp(term: N.Exp) -> N.Exp:
-    ctx = _current()
+def bind_exp(term: N.Exp) -> N.Exp:
+    ctx = current_context()
     if ctx is None or ctx.level != "exp" or isinstance(term, (N.Var, N.Const)):
         return term
     v = N.Var(N.fresh("x"), term.type)
@@ -142,37 +142,37 @@ def _bind_exp(term: N.Exp) -> N.Exp:
 def from_term(term: N.Exp):
     """User-facing value of an expression term: tuples become Python tuples of Exp."""
     if isinstance(term.type, TupleT):
-        term = _bind_exp(term)
+        term = bind_exp(term)
         if isinstance(term, N.Tuple):
             return tuple(from_term(i) for i in term.items)
         return tuple(from_term(N.Prj(i, term)) for i in range(len(term.type.items)))
-    return Exp(_bind_exp(term))
+    return Exp(bind_exp(term))
 
 
 # --------------------------------------------------------------------------- lifting
 
 
-class _Ignore:
+class IgnoreMarker:
     """``A.ignore``: a permute target that drops its source element."""
 
     def __repr__(self):
         return "A.ignore"
 
 
-ignore = _Ignore()
+ignore = IgnoreMarker()
 
 
-class _All:
+class AllMarker:
     """``A.All``: keep a dimension in a replicate or slice specifier."""
 
     def __repr__(self):
         return "A.All"
 
 
-All = _All()
+All = AllMarker()
 
 
-class _MaybeIndex:
+class MaybeIndex:
     """A permute target that may be ``A.ignore``: a (keep, index) tuple term."""
 
     def __init__(self, term: N.Exp):
@@ -220,7 +220,7 @@ def _embed(term: N.Exp) -> N.Exp:
     bound once per function, on first use, so that it is shared like any other value and
     its binders are fresh in each copy.
     """
-    ctx = _current()
+    ctx = current_context()
     if ctx is None or ctx.level != "exp" or _trivial(term):
         return term
     for c in reversed(_stack):
@@ -248,7 +248,7 @@ def to_term(x, expect=None) -> N.Exp:
     if isinstance(x, Acc):
         raise ProgramTypeError("an array was used where a scalar expression is expected "
                                "(index it, or use A.the for a rank-0 array)")
-    if isinstance(x, (_Ignore, _MaybeIndex)):
+    if isinstance(x, (IgnoreMarker, MaybeIndex)):
         raise ProgramTypeError("A.ignore can only be a permute target")
     if isinstance(x, (bool, int, float, np.number, np.bool_)):
         return const(x, expect if isinstance(expect, Scalar) else None)
@@ -288,7 +288,7 @@ def prim(op: str, *xs) -> "Exp":
         terms = _unify(op, xs)
     except ProgramTypeError as e:
         raise ProgramTypeError(f"{op}: {e}") from None
-    return Exp(_bind_exp(N.PrimApp(op, tuple(terms))))
+    return Exp(bind_exp(N.PrimApp(op, tuple(terms))))
 
 
 def _int_index_component(x) -> N.Exp:
@@ -418,7 +418,7 @@ class Acc:
     def shape(self) -> tuple:
         sh = N.Shape(self.var)
         if _in_scalar_function():
-            sh = _bind_exp(sh)
+            sh = bind_exp(sh)
         return tuple(Exp(N.Prj(i, sh)) for i in range(self.rank))
 
     @located
@@ -475,9 +475,9 @@ def trace_lam(op: str, fn, param_types: tuple, index_rank: int | None = None,
 
 
 def _permute_target(out) -> N.Exp:
-    if isinstance(out, _MaybeIndex):
+    if isinstance(out, MaybeIndex):
         return out.term
-    if isinstance(out, _Ignore):
+    if isinstance(out, IgnoreMarker):
         raise ProgramTypeError("permute: an index function that always returns A.ignore")
     idx = shape_term(out, "permute target")
     return N.Tuple((N.Const(True, bool_), idx))
@@ -506,7 +506,7 @@ def array_term(x, op: str) -> N.Arr:
     raise ProgramTypeError(f"{op}: expected an array (Acc), got {type(x).__name__}")
 
 
-def _acc(x, op: str) -> Acc:
+def as_acc(x, op: str) -> Acc:
     if isinstance(x, Acc):
         return x
     if isinstance(x, np.ndarray):
@@ -612,11 +612,11 @@ def trace_program(fn, param_types: tuple) -> N.Program:
                                    f"{len(args)} array argument(s) failed: {e}") from None
         body = ctx.close(array_term(out, "program result"))
     prog = float_in(N.Program(params, body))
-    typecheck(_with_captured(prog) if _stack else prog)
+    typecheck(with_captured(prog) if _stack else prog)
     return prog
 
 
-def _with_captured(prog: N.Program) -> N.Program:
+def with_captured(prog: N.Program) -> N.Program:
     """``prog`` with the arrays it captures from enclosing programs as extra parameters.
 
     A program traced while another is being traced (``A.gradientA(f)(x)`` inside a
@@ -638,12 +638,12 @@ def _with_captured(prog: N.Program) -> N.Program:
 def call_program(prog: N.Program, args: list):
     """Inline ``prog`` applied to the Acc ``args`` in the current trace context."""
     from .ast.traverse import freshen, substitute
-    _require_array_level("calling a program")
+    require_array_level("calling a program")
     if len(args) != len(prog.params):
         raise ProgramTypeError(f"program takes {len(prog.params)} arrays, got {len(args)}")
     env = {}
     for i, (p, a) in enumerate(zip(prog.params, args)):
-        a = _acc(a, "program argument")
+        a = as_acc(a, "program argument")
         if a.type != p.type:
             raise ProgramTypeError(f"argument {i}: expected {p.type!r}, got {a.type!r}")
         env[p.name] = a.var
