@@ -23,7 +23,8 @@ import numpy as np
 from .ast import nodes as N
 from .ast.types import (ArrayT, ATupleT, Scalar, TupleT, bool_, float64, int32, int64,
                         scalar_of_dtype)
-from .errors import AccelError, ProgramTypeError, ShapeError
+from .errors import AccelError, ProgramTypeError
+from .float_in import float_in
 
 
 def _inside_accel(module_name: str) -> bool:
@@ -514,74 +515,6 @@ def as_acc(x, op: str) -> Acc:
     raise ProgramTypeError(f"{op}: expected an array, got {type(x).__name__}")
 
 
-# --------------------------------------------------------------------------- float-in
-
-
-def float_in(n: N.Node) -> N.Node:
-    """Move each let binding into the branch of the conditional that alone uses it.
-
-    Bindings used by both branches (and nowhere else) are copied into each, so
-    only the taken branch computes anything.  Bindings used nowhere are dropped.
-    """
-    from .ast.traverse import children, map_children
-
-    def go(n):
-        if isinstance(n, (N.Let, N.Alet)):
-            chain = []
-            while isinstance(n, (N.Let, N.Alet)):
-                chain.append(n)
-                n = n.body
-            body = go(n)
-            for b in reversed(chain):
-                bound = go(b.bound)
-                body = _push(b.var, bound, body) or type(b)(b.var, bound, body)
-            return body
-        if not children(n):
-            return n
-        return map_children(n, go)
-
-    return go(n)
-
-
-def _push(var, bound, body):
-    """``let var = bound in body`` with the binding moved inward, or None."""
-    from .ast.traverse import free_vars
-    name = var.name
-    if isinstance(body, (N.Let, N.Alet)):
-        in_b, in_rest = name in free_vars(body.bound), name in free_vars(body.body)
-        if in_b and in_rest:
-            return None
-        if not in_b and not in_rest:
-            return body
-        if in_rest:
-            r = _push(var, bound, body.body)
-            return None if r is None else type(body)(body.var, body.bound, r)
-        r = _push_cond(var, bound, body.bound)
-        return None if r is None else type(body)(body.var, r, body.body)
-    if name not in free_vars(body):
-        return body
-    return _push_cond(var, bound, body)
-
-
-def _push_cond(var, bound, t):
-    from .ast.traverse import free_vars, freshen, substitute
-    if not isinstance(t, (N.Cond, N.Acond)) or var.name in free_vars(t.c):
-        return None
-    make = N.Let if isinstance(t, N.Cond) else N.Alet
-    branches, used = [], 0
-    for br in (t.t, t.e):
-        if var.name in free_vars(br):
-            v, b = var, bound
-            if used:
-                v = type(var)(N.fresh(var.name.rstrip("0123456789")), var.ty)
-                b = freshen(bound)
-                br = substitute(br, {var.name: v})
-            used += 1
-            br = _push(v, b, br) or make(v, b, br)
-        branches.append(br)
-    return type(t)(t.c, branches[0], branches[1])
-
-
 # --------------------------------------------------------------------------- programs
 
 
@@ -650,8 +583,3 @@ def call_program(prog: N.Program, args: list):
     fresh_prog = freshen(prog)
     env = {q.name: env[p.name] for p, q in zip(prog.params, fresh_prog.params)}
     return bind_array(substitute(fresh_prog.body, env))
-
-
-def check_shape_nonneg(op: str, shape):
-    if any(s < 0 for s in shape):
-        raise ShapeError(f"{op}: negative size in shape {tuple(shape)}")

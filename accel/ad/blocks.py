@@ -166,8 +166,3 @@ def _paths(t, prefix=()):
     if isinstance(t, TupleT):
         return [p for i, s in enumerate(t.items) for p in _paths(s, prefix + (i,))]
     return [prefix]
-
-
-def bound_names(block: Block) -> set:
-    """Names bound at the top level of a block (not inside branches)."""
-    return {v.name for b in block.binds for v in b.outs}
