@@ -16,7 +16,7 @@ from ..anf import leaves as aleaves
 from ..anf import paths as apaths
 from ..anf import tree_like as atree_like
 from ..anf import type_leaves as atype_leaves
-from ..blocks import (zero)
+from ..blocks import zero
 from .exp import ExpTangent, jvp_lam
 from .terms import (tangent_var, prim, lam_of, let_apply, is_float, add_lam, combiner_op, prj_lam,
                     aprj, arr_atoms, fresh_spec, tie_lam)

@@ -41,7 +41,7 @@ from ..anf import leaves as aleaves
 from ..anf import paths as apaths
 from ..anf import tree_like as atree_like
 from ..anf import type_leaves as atype_leaves
-from ..blocks import (zero)
+from ..blocks import zero
 from ..wrt import resolve_wrt
 from . import arr
 from .terms import tangent_var, prim, lam_of, prj_lam, zeros_like_term, aprj

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...ast import nodes as N
 from ...ast.traverse import freshen
 from ...ast.types import ATupleT, Scalar, TupleT, int64
-from ..blocks import (flatten, fresh_leaves, leaves_of, tree_like, zero)
+from ..blocks import flatten, fresh_leaves, leaves_of, tree_like, zero
 
 
 def tangent_var(v):
