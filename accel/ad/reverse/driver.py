@@ -20,7 +20,7 @@ from ...ast.types import bool_, has_float, int64, shape_type
 from ...errors import NotDifferentiableError
 from ..anf import ABind, ABlock, ACondB, AFlattener, ablock_term, aflatten, bind_term, leaves
 from ..blocks import zero
-from . import exp as X
+from . import exp
 from . import loop, map as map_rules, reduce, scan, scatter, shape
 from .terms import add_exp, add_lam, empty_of, lam1, prj, zeros_like
 
@@ -158,8 +158,8 @@ class ArrayReverse:
     def closed_exp(self, e: N.Exp, de: N.Avar):
         """Index adjoints of a closed expression ``e`` (used once) with adjoint ``de``."""
         lam = N.Lam((N.Var(N.fresh("i"), shape_type(0)),), freshen(e))
-        ad = X.differentiate_lam(lam, active=lambda arr: arr.name in self.active)
-        Dr = X.recompute_lambda(ad)
+        ad = exp.differentiate_lam(lam, active=lambda arr: arr.name in self.active)
+        Dr = exp.recompute_lambda(ad)
         ix = N.Var(N.fresh("i"), shape_type(0))
         body = N.Let(Dr.params[0], ix, N.Let(Dr.params[1], N.Index(de, ix), Dr.body))
         dres = self.emit(N.Generate(N.Tuple(()), N.Lam((ix,), body)))

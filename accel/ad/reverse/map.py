@@ -12,7 +12,7 @@ from ...ast import nodes as N
 from ...ast.types import ArrayT, shape_type
 from ..anf import ABind
 from ..blocks import leaves_of
-from . import exp as X
+from . import exp
 from .terms import lam1, prj
 
 def elementwise(rev, b, y, dy):
@@ -20,7 +20,7 @@ def elementwise(rev, b, y, dy):
     # reverse: dres = ZipWith D(f) dy ytmp  (store)  or  Generate (recompute);
     #          a += Map (fst . fst) dres, b += Map (snd . fst) dres, IAI -> Permute (+)
     op = b.op
-    ad = X.differentiate_lam(op.f, active=lambda arr: arr.name in rev.active)
+    ad = exp.differentiate_lam(op.f, active=lambda arr: arr.name in rev.active)
     # Arguments reached only through discrete primitives (floor, comparisons, ...)
     # get no contribution at all, not a zero array: a zero adjoint would still run
     # the dual of everything upstream (the tie counts of a maximum under a floor).
@@ -28,7 +28,7 @@ def elementwise(rev, b, y, dy):
     if not any(live) and not ad.index_adjoints:
         return
     if rev.mode == "store":
-        P, D = X.store_lambdas(ad)
+        P, D = exp.store_lambdas(ad)
         pt = P.type
         yt = N.Avar(N.fresh("a"), ArrayT(pt, y.type.rank))
         ytmp = N.Avar(N.fresh("a"), ArrayT(pt.items[1], y.type.rank))
@@ -45,7 +45,7 @@ def elementwise(rev, b, y, dy):
         ]
         dres = rev.emit(N.ZipWith(D, dy, ytmp))
     else:
-        Dr = X.recompute_lambda(ad)
+        Dr = exp.recompute_lambda(ad)
         ix = N.Var(N.fresh("i"), shape_type(y.type.rank))
         if isinstance(op, N.Generate):
             args = (ix,)

@@ -20,7 +20,7 @@ from ...ast.traverse import apply_lam as _apply, freshen
 from ...ast.types import TupleT, int64, shape_type
 from ...errors import NotDifferentiableError
 from ..blocks import type_leaves, zero
-from . import exp as X
+from . import exp
 
 
 def _leaf_paths(t, prefix=()):
@@ -80,7 +80,7 @@ class Recurrence:
         rows = []
         for pl in self.fpaths:
             lam = N.Lam(g.params, _prj(g.body, pl)) if pl else g
-            gl = X.gradient_lambda(freshen(lam))
+            gl = exp.gradient_lambda(freshen(lam))
             rows.append(gl)
         acc, x = (N.Var(N.fresh("x"), p.type) for p in g.params)
         entries = []
@@ -162,8 +162,8 @@ def recurrence_dual(rev, f: N.Lam, z, a: N.Avar, accs: N.Avar, dacc, has_z: bool
         return N.Let(vv, v, tree)
 
     # per element of a: the dual of g at its step, seeded with the next accumulator's adjoint
-    ad = X.differentiate_lam(freshen(R.g), active=lambda arr: arr.name in rev.active)
-    dual = X.recompute_lambda(ad)
+    ad = exp.differentiate_lam(freshen(R.g), active=lambda arr: arr.name in rev.active)
+    dual = exp.recompute_lambda(ad)
     i2 = N.Var(N.fresh("i"), shape_type(r))
     j = N.Prj(r - 1, i2)
     if has_z:
