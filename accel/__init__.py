@@ -33,6 +33,6 @@ __all__ += ["gradientA", "gradientE", "value_and_gradientA", "vjp"]
 from .ad.check import GradCheckReport, check_grad  # noqa: E402
 
 __all__ += ["GradCheckReport", "check_grad"]
-from .ad.forward import jvp  # noqa: E402
+from .ad.forward.driver import jvp  # noqa: E402
 
 __all__ += ["jvp"]

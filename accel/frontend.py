@@ -23,7 +23,8 @@ import numpy as np
 from .ast import nodes as N
 from .ast.types import (ArrayT, ATupleT, Scalar, TupleT, bool_, float64, int32, int64,
                         scalar_of_dtype)
-from .errors import AccelError, ProgramTypeError, ShapeError
+from .errors import AccelError, ProgramTypeError
+from .float_in import float_in
 
 
 def _inside_accel(module_name: str) -> bool:
@@ -85,7 +86,7 @@ class _Context:
 _stack: list[_Context] = []
 
 
-def _current() -> _Context | None:
+def current_context() -> _Context | None:
     return _stack[-1] if _stack else None
 
 
@@ -102,12 +103,12 @@ class _Open:
 
 
 def _in_scalar_function() -> bool:
-    ctx = _current()
+    ctx = current_context()
     return ctx is not None and ctx.level == "exp"
 
 
-def _require_array_level(op: str):
-    ctx = _current()
+def require_array_level(op: str):
+    ctx = current_context()
     if ctx is None:
         raise ProgramTypeError(f"{op}: array operations are only available while tracing a "
                                "program (use A.run, A.compile or A.show)")
@@ -119,7 +120,7 @@ def _require_array_level(op: str):
 
 def bind_array(term: N.Arr):
     """Bind ``term`` in the current array context; return proxies for its value."""
-    ctx = _current()
+    ctx = current_context()
     if isinstance(term, N.Avar):
         v = term
     else:
@@ -130,8 +131,8 @@ def bind_array(term: N.Arr):
     return Acc(v)
 
 
-def _bind_exp(term: N.Exp) -> N.Exp:
-    ctx = _current()
+def bind_exp(term: N.Exp) -> N.Exp:
+    ctx = current_context()
     if ctx is None or ctx.level != "exp" or isinstance(term, (N.Var, N.Const)):
         return term
     v = N.Var(N.fresh("x"), term.type)
@@ -142,37 +143,37 @@ def _bind_exp(term: N.Exp) -> N.Exp:
 def from_term(term: N.Exp):
     """User-facing value of an expression term: tuples become Python tuples of Exp."""
     if isinstance(term.type, TupleT):
-        term = _bind_exp(term)
+        term = bind_exp(term)
         if isinstance(term, N.Tuple):
             return tuple(from_term(i) for i in term.items)
         return tuple(from_term(N.Prj(i, term)) for i in range(len(term.type.items)))
-    return Exp(_bind_exp(term))
+    return Exp(bind_exp(term))
 
 
 # --------------------------------------------------------------------------- lifting
 
 
-class _Ignore:
+class IgnoreMarker:
     """``A.ignore``: a permute target that drops its source element."""
 
     def __repr__(self):
         return "A.ignore"
 
 
-ignore = _Ignore()
+ignore = IgnoreMarker()
 
 
-class _All:
+class AllMarker:
     """``A.All``: keep a dimension in a replicate or slice specifier."""
 
     def __repr__(self):
         return "A.All"
 
 
-All = _All()
+All = AllMarker()
 
 
-class _MaybeIndex:
+class MaybeIndex:
     """A permute target that may be ``A.ignore``: a (keep, index) tuple term."""
 
     def __init__(self, term: N.Exp):
@@ -220,7 +221,7 @@ def _embed(term: N.Exp) -> N.Exp:
     bound once per function, on first use, so that it is shared like any other value and
     its binders are fresh in each copy.
     """
-    ctx = _current()
+    ctx = current_context()
     if ctx is None or ctx.level != "exp" or _trivial(term):
         return term
     for c in reversed(_stack):
@@ -248,7 +249,7 @@ def to_term(x, expect=None) -> N.Exp:
     if isinstance(x, Acc):
         raise ProgramTypeError("an array was used where a scalar expression is expected "
                                "(index it, or use A.the for a rank-0 array)")
-    if isinstance(x, (_Ignore, _MaybeIndex)):
+    if isinstance(x, (IgnoreMarker, MaybeIndex)):
         raise ProgramTypeError("A.ignore can only be a permute target")
     if isinstance(x, (bool, int, float, np.number, np.bool_)):
         return const(x, expect if isinstance(expect, Scalar) else None)
@@ -288,7 +289,7 @@ def prim(op: str, *xs) -> "Exp":
         terms = _unify(op, xs)
     except ProgramTypeError as e:
         raise ProgramTypeError(f"{op}: {e}") from None
-    return Exp(_bind_exp(N.PrimApp(op, tuple(terms))))
+    return Exp(bind_exp(N.PrimApp(op, tuple(terms))))
 
 
 def _int_index_component(x) -> N.Exp:
@@ -418,7 +419,7 @@ class Acc:
     def shape(self) -> tuple:
         sh = N.Shape(self.var)
         if _in_scalar_function():
-            sh = _bind_exp(sh)
+            sh = bind_exp(sh)
         return tuple(Exp(N.Prj(i, sh)) for i in range(self.rank))
 
     @located
@@ -475,9 +476,9 @@ def trace_lam(op: str, fn, param_types: tuple, index_rank: int | None = None,
 
 
 def _permute_target(out) -> N.Exp:
-    if isinstance(out, _MaybeIndex):
+    if isinstance(out, MaybeIndex):
         return out.term
-    if isinstance(out, _Ignore):
+    if isinstance(out, IgnoreMarker):
         raise ProgramTypeError("permute: an index function that always returns A.ignore")
     idx = shape_term(out, "permute target")
     return N.Tuple((N.Const(True, bool_), idx))
@@ -506,80 +507,12 @@ def array_term(x, op: str) -> N.Arr:
     raise ProgramTypeError(f"{op}: expected an array (Acc), got {type(x).__name__}")
 
 
-def _acc(x, op: str) -> Acc:
+def as_acc(x, op: str) -> Acc:
     if isinstance(x, Acc):
         return x
     if isinstance(x, np.ndarray):
         return bind_array(N.Use(x))
     raise ProgramTypeError(f"{op}: expected an array, got {type(x).__name__}")
-
-
-# --------------------------------------------------------------------------- float-in
-
-
-def float_in(n: N.Node) -> N.Node:
-    """Move each let binding into the branch of the conditional that alone uses it.
-
-    Bindings used by both branches (and nowhere else) are copied into each, so
-    only the taken branch computes anything.  Bindings used nowhere are dropped.
-    """
-    from .ast.traverse import children, map_children
-
-    def go(n):
-        if isinstance(n, (N.Let, N.Alet)):
-            chain = []
-            while isinstance(n, (N.Let, N.Alet)):
-                chain.append(n)
-                n = n.body
-            body = go(n)
-            for b in reversed(chain):
-                bound = go(b.bound)
-                body = _push(b.var, bound, body) or type(b)(b.var, bound, body)
-            return body
-        if not children(n):
-            return n
-        return map_children(n, go)
-
-    return go(n)
-
-
-def _push(var, bound, body):
-    """``let var = bound in body`` with the binding moved inward, or None."""
-    from .ast.traverse import free_vars
-    name = var.name
-    if isinstance(body, (N.Let, N.Alet)):
-        in_b, in_rest = name in free_vars(body.bound), name in free_vars(body.body)
-        if in_b and in_rest:
-            return None
-        if not in_b and not in_rest:
-            return body
-        if in_rest:
-            r = _push(var, bound, body.body)
-            return None if r is None else type(body)(body.var, body.bound, r)
-        r = _push_cond(var, bound, body.bound)
-        return None if r is None else type(body)(body.var, r, body.body)
-    if name not in free_vars(body):
-        return body
-    return _push_cond(var, bound, body)
-
-
-def _push_cond(var, bound, t):
-    from .ast.traverse import free_vars, freshen, substitute
-    if not isinstance(t, (N.Cond, N.Acond)) or var.name in free_vars(t.c):
-        return None
-    make = N.Let if isinstance(t, N.Cond) else N.Alet
-    branches, used = [], 0
-    for br in (t.t, t.e):
-        if var.name in free_vars(br):
-            v, b = var, bound
-            if used:
-                v = type(var)(N.fresh(var.name.rstrip("0123456789")), var.ty)
-                b = freshen(bound)
-                br = substitute(br, {var.name: v})
-            used += 1
-            br = _push(v, b, br) or make(v, b, br)
-        branches.append(br)
-    return type(t)(t.c, branches[0], branches[1])
 
 
 # --------------------------------------------------------------------------- programs
@@ -612,11 +545,11 @@ def trace_program(fn, param_types: tuple) -> N.Program:
                                    f"{len(args)} array argument(s) failed: {e}") from None
         body = ctx.close(array_term(out, "program result"))
     prog = float_in(N.Program(params, body))
-    typecheck(_with_captured(prog) if _stack else prog)
+    typecheck(with_captured(prog) if _stack else prog)
     return prog
 
 
-def _with_captured(prog: N.Program) -> N.Program:
+def with_captured(prog: N.Program) -> N.Program:
     """``prog`` with the arrays it captures from enclosing programs as extra parameters.
 
     A program traced while another is being traced (``A.gradientA(f)(x)`` inside a
@@ -638,20 +571,15 @@ def _with_captured(prog: N.Program) -> N.Program:
 def call_program(prog: N.Program, args: list):
     """Inline ``prog`` applied to the Acc ``args`` in the current trace context."""
     from .ast.traverse import freshen, substitute
-    _require_array_level("calling a program")
+    require_array_level("calling a program")
     if len(args) != len(prog.params):
         raise ProgramTypeError(f"program takes {len(prog.params)} arrays, got {len(args)}")
     env = {}
     for i, (p, a) in enumerate(zip(prog.params, args)):
-        a = _acc(a, "program argument")
+        a = as_acc(a, "program argument")
         if a.type != p.type:
             raise ProgramTypeError(f"argument {i}: expected {p.type!r}, got {a.type!r}")
         env[p.name] = a.var
     fresh_prog = freshen(prog)
     env = {q.name: env[p.name] for p, q in zip(prog.params, fresh_prog.params)}
     return bind_array(substitute(fresh_prog.body, env))
-
-
-def check_shape_nonneg(op: str, shape):
-    if any(s < 0 for s in shape):
-        raise ShapeError(f"{op}: negative size in shape {tuple(shape)}")

@@ -11,9 +11,9 @@ from .ast import nodes as N
 from .ast.types import (ArrayT, ATupleT, Scalar, TupleT, bool_, float64, int64,
                          scalar_of_dtype, shape_type)
 from .errors import ProgramTypeError
-from .frontend import (Acc, All, Exp, _acc, _All, _Ignore, _MaybeIndex, _require_array_level,
-                       array_term, bind_array, from_term, lift_like, located, prim,
-                       shape_term, to_term, trace_alam, trace_lam, _bind_exp)
+from .frontend import (Acc, All, AllMarker, Exp, IgnoreMarker, MaybeIndex, array_term, as_acc,
+                       bind_array, bind_exp, from_term, lift_like, located, prim,
+                       require_array_level, shape_term, to_term, trace_alam, trace_lam)
 
 # --------------------------------------------------------------------------- arrays
 
@@ -21,7 +21,7 @@ from .frontend import (Acc, All, Exp, _acc, _All, _Ignore, _MaybeIndex, _require
 @located
 def use(array) -> Acc:
     """Embed a constant NumPy array: ``A.use(np.arange(3.0))``."""
-    _require_array_level("use")
+    require_array_level("use")
     arr = np.asarray(array)
     try:
         scalar_of_dtype(arr.dtype)
@@ -34,14 +34,14 @@ def use(array) -> Acc:
 @located
 def unit(e) -> Acc:
     """A rank-0 array holding the scalar ``e``."""
-    _require_array_level("unit")
+    require_array_level("unit")
     return bind_array(N.Unit(to_term(e)))
 
 
 @located
 def the(a):
     """The scalar in a rank-0 array."""
-    a = _acc(a, "the")
+    a = as_acc(a, "the")
     if a.rank != 0:
         raise ProgramTypeError(f"the: expected a rank-0 array, got {a.type!r}")
     return a[()]
@@ -50,7 +50,7 @@ def the(a):
 @located
 def generate(shape, f) -> Acc:
     """``out[i] = f(i)`` for every index ``i`` of ``shape``."""
-    _require_array_level("generate")
+    require_array_level("generate")
     sh = shape_term(shape, "generate")
     r = len(sh.items)
     return bind_array(N.Generate(sh, trace_lam("generate", f, (shape_type(r),), index_rank=r)))
@@ -59,31 +59,31 @@ def generate(shape, f) -> Acc:
 @located
 def fill(shape, e) -> Acc:
     """A constant array: ``A.fill((3, 4), 0.0)``."""
-    _require_array_level("fill")
+    require_array_level("fill")
     return generate(shape, lambda _: e)
 
 
 @located
 def map(f, a) -> Acc:  # noqa: A001 - the API's name
     """Apply ``f`` to every element: ``A.map(lambda x: x * 2, a)``."""
-    _require_array_level("map")
-    a = _acc(a, "map")
+    require_array_level("map")
+    a = as_acc(a, "map")
     return bind_array(N.Map(trace_lam("map", f, (a.dtype,)), a.var))
 
 
 @located
 def zip_with(f, a, b) -> Acc:
     """Elementwise ``f(a[i], b[i])`` on the intersection of the two shapes."""
-    _require_array_level("zip_with")
-    a, b = _acc(a, "zip_with"), _acc(b, "zip_with")
+    require_array_level("zip_with")
+    a, b = as_acc(a, "zip_with"), as_acc(b, "zip_with")
     if a.rank != b.rank:
         raise ProgramTypeError(f"zip_with: arrays of different ranks {a.type!r} and {b.type!r}")
     return bind_array(N.ZipWith(trace_lam("zip_with", f, (a.dtype, b.dtype)), a.var, b.var))
 
 
 def _fold(op, f, z, a, rank_min=1):
-    _require_array_level(op)
-    a = _acc(a, op)
+    require_array_level(op)
+    a = as_acc(a, op)
     if a.rank < rank_min:
         raise ProgramTypeError(f"{op}: expected an array of rank >= 1, got {a.type!r}")
     lam = trace_lam(op, f, (a.dtype, a.dtype), result_type=a.dtype)
@@ -116,36 +116,36 @@ def _mul(x, y):
 @located
 def sum(a) -> Acc:  # noqa: A001
     """Sum over the innermost dimension."""
-    _require_array_level("sum")
+    require_array_level("sum")
     return fold(_add, 0, a)
 
 
 @located
 def product(a) -> Acc:
     """Product over the innermost dimension."""
-    _require_array_level("product")
+    require_array_level("product")
     return fold(_mul, 1, a)
 
 
 @located
 def maximum(a) -> Acc:
     """Maximum over the (non-empty) innermost dimension."""
-    _require_array_level("maximum")
+    require_array_level("maximum")
     return fold1(max, a)
 
 
 @located
 def minimum(a) -> Acc:
     """Minimum over the (non-empty) innermost dimension."""
-    _require_array_level("minimum")
+    require_array_level("minimum")
     return fold1(min, a)
 
 
 @located
 def flatten(a) -> Acc:
     """The elements of ``a`` as a rank-1 array (row-major)."""
-    _require_array_level("flatten")
-    a = _acc(a, "flatten")
+    require_array_level("flatten")
+    a = as_acc(a, "flatten")
     if a.rank == 1:
         return a
     size = 1
@@ -157,14 +157,14 @@ def flatten(a) -> Acc:
 @located
 def fold_all(f, z, a) -> Acc:
     """Reduce every element to a rank-0 array."""
-    _require_array_level("fold_all")
+    require_array_level("fold_all")
     return fold(f, z, flatten(a))
 
 
 @located
 def sum_all(a) -> Acc:
     """The sum of all elements, as a rank-0 array."""
-    _require_array_level("sum_all")
+    require_array_level("sum_all")
     return fold_all(_add, 0, a)
 
 
@@ -200,8 +200,8 @@ def scanr1(f, a) -> Acc:
 @located
 def permute(comb, defaults, f, src) -> Acc:
     """Scatter: ``src[i]`` goes to ``f(i)`` of ``defaults`` (or nowhere for ``A.ignore``)."""
-    _require_array_level("permute")
-    d, s = _acc(defaults, "permute"), _acc(src, "permute")
+    require_array_level("permute")
+    d, s = as_acc(defaults, "permute"), as_acc(src, "permute")
     if d.dtype != s.dtype:
         raise ProgramTypeError(f"permute: defaults {d.type!r} and source {s.type!r} have "
                                "different element types")
@@ -220,8 +220,8 @@ def permute(comb, defaults, f, src) -> Acc:
 @located
 def backpermute(shape, f, a) -> Acc:
     """Gather: ``out[i] = a[f(i)]`` for every index ``i`` of ``shape``."""
-    _require_array_level("backpermute")
-    a = _acc(a, "backpermute")
+    require_array_level("backpermute")
+    a = as_acc(a, "backpermute")
     sh = shape_term(shape, "backpermute")
     r = len(sh.items)
     lam = trace_lam("backpermute", lambda ix: _index_value(f(ix)), (shape_type(r),),
@@ -239,8 +239,8 @@ def _index_value(ix):
 @located
 def reshape(shape, a) -> Acc:
     """The same elements (row-major) in a new shape of the same size."""
-    _require_array_level("reshape")
-    a = _acc(a, "reshape")
+    require_array_level("reshape")
+    a = as_acc(a, "reshape")
     return bind_array(N.Reshape(shape_term(shape, "reshape"), a.var))
 
 
@@ -249,7 +249,7 @@ def _spec(op, spec) -> tuple:
         spec = (spec,)
     out = []
     for s in spec:
-        if isinstance(s, _All) or s is builtins.Ellipsis:
+        if isinstance(s, AllMarker) or s is builtins.Ellipsis:
             out.append(None)
         else:
             try:
@@ -263,8 +263,8 @@ def _spec(op, spec) -> tuple:
 @located
 def replicate(spec, a) -> Acc:
     """Insert new dimensions (ints in ``spec``) around the kept ones (``A.All``)."""
-    _require_array_level("replicate")
-    a = _acc(a, "replicate")
+    require_array_level("replicate")
+    a = as_acc(a, "replicate")
     sp = _spec("replicate", spec)
     kept = builtins.sum(s is None for s in sp)
     if kept != a.rank:
@@ -276,8 +276,8 @@ def replicate(spec, a) -> Acc:
 @located
 def slice(a, spec) -> Acc:  # noqa: A001
     """Fix dimensions (ints in ``spec``) and keep the others (``A.All``)."""
-    _require_array_level("slice")
-    a = _acc(a, "slice")
+    require_array_level("slice")
+    a = as_acc(a, "slice")
     sp = _spec("slice", spec)
     if len(sp) != a.rank:
         raise ProgramTypeError(f"slice: specifier {tuple(spec)!r} has {len(sp)} entries but "
@@ -296,7 +296,7 @@ def _same_structure(op, a, b):
 @located
 def acond(c, a, b):
     """``a`` if ``c`` else ``b`` (arrays or tuples of arrays); only the taken one runs."""
-    _require_array_level("acond")
+    require_array_level("acond")
     if isinstance(c, (bool, np.bool_)):
         return a if c else b
     ct = to_term(c, bool_)
@@ -315,7 +315,7 @@ def awhile(cond, body, init, checkpoint: int | None = None):
     """
     if checkpoint is not None and (not isinstance(checkpoint, int) or checkpoint < 1):
         raise ProgramTypeError(f"awhile: checkpoint must be a positive int, got {checkpoint!r}")
-    _require_array_level("awhile")
+    require_array_level("awhile")
     ti = array_term(init, "awhile")
     t = ti.type
 
@@ -341,7 +341,7 @@ def cond(c, t, e):
     """``t`` if ``c`` else ``e``, evaluating only the chosen branch."""
     if isinstance(c, (bool, np.bool_)):
         return t if c else e
-    if isinstance(t, (_Ignore, _MaybeIndex)) or isinstance(e, (_Ignore, _MaybeIndex)):
+    if isinstance(t, (IgnoreMarker, MaybeIndex)) or isinstance(e, (IgnoreMarker, MaybeIndex)):
         return _cond_target(c, t, e)
     ct = to_term(c, bool_)
     if ct.type != bool_:
@@ -355,24 +355,24 @@ def cond(c, t, e):
 
 def _cond_target(c, t, e):
     def target(x, rank):
-        if isinstance(x, _MaybeIndex):
+        if isinstance(x, MaybeIndex):
             return x.term
-        if isinstance(x, _Ignore):
+        if isinstance(x, IgnoreMarker):
             return N.Tuple((N.Const(False, bool_),
                             N.Tuple(tuple(N.Const(0, int64) for _ in range(rank)))))
         return N.Tuple((N.Const(True, bool_), shape_term(x, "permute target")))
 
-    known = [x for x in (t, e) if not isinstance(x, _Ignore)]
+    known = [x for x in (t, e) if not isinstance(x, IgnoreMarker)]
     if not known:
         return t
     k = known[0]
-    rank = len(k.term.type.items[1].items) if isinstance(k, _MaybeIndex) else \
+    rank = len(k.term.type.items[1].items) if isinstance(k, MaybeIndex) else \
         len(shape_term(k, "permute target").items)
     tt, et = target(t, rank), target(e, rank)
     if tt.type != et.type:
         raise ProgramTypeError(f"cond: permute targets of different ranks {tt.type!r} and "
                                f"{et.type!r}")
-    return _MaybeIndex(_bind_exp(N.Cond(to_term(c, bool_), tt, et)))
+    return MaybeIndex(bind_exp(N.Cond(to_term(c, bool_), tt, et)))
 
 
 @located
@@ -437,7 +437,7 @@ def to_int(x, dtype: Scalar = int64):
 
 def shape(a) -> tuple:
     """The shape of an array, a tuple of int64 scalars (outermost first)."""
-    return _acc(a, "shape").shape
+    return as_acc(a, "shape").shape
 
 
 # --------------------------------------------------------------------------- helpers
@@ -446,7 +446,7 @@ def shape(a) -> tuple:
 @located
 def iota(n, dtype: Scalar = int64) -> Acc:
     """``[0, 1, ..., n-1]``."""
-    _require_array_level("iota")
+    require_array_level("iota")
     if dtype == int64:
         return generate((n,), lambda i: i)
     return generate((n,), lambda i: prim("to_" + dtype.name, i))
@@ -455,15 +455,15 @@ def iota(n, dtype: Scalar = int64) -> Acc:
 @located
 def zip(a, b) -> Acc:  # noqa: A001
     """Pair up two arrays elementwise (an array of tuples)."""
-    _require_array_level("zip")
+    require_array_level("zip")
     return zip_with(lambda x, y: (x, y), a, b)
 
 
 @located
 def transpose(a) -> Acc:
     """Swap the two dimensions of a rank-2 array."""
-    _require_array_level("transpose")
-    a = _acc(a, "transpose")
+    require_array_level("transpose")
+    a = as_acc(a, "transpose")
     if a.rank != 2:
         raise ProgramTypeError(f"transpose: expected a rank-2 array, got {a.type!r}")
     n, m = a.shape
@@ -474,7 +474,7 @@ def transpose(a) -> Acc:
 def size(a):
     """The number of elements of an array (an int64 scalar)."""
     out = 1
-    for s in _acc(a, "size").shape:
+    for s in as_acc(a, "size").shape:
         out = out * s
     return out
 

@@ -110,8 +110,8 @@ class Compiled:
 
     @located
     def __call__(self, *args):
-        from .frontend import _current, call_program
-        if _current() is not None:  # called on Acc values inside another program
+        from .frontend import call_program, current_context
+        if current_context() is not None:  # called on Acc values inside another program
             sig = tuple(a.type for a in args)
             return call_program(trace_program(self.fn, sig), list(args))
         args = convert_args(args)

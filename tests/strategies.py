@@ -11,7 +11,8 @@ import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from accel.testing.programs import HypothesisSource, ProgramDesc, generate_program
+from accel.testing.programs import ProgramDesc, generate_program
+from accel.testing.sources import HypothesisSource
 
 #: Settings for tests that run generated programs (JIT compiles and AD are slow).
 SLOW = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,

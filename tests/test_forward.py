@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import accel as A
-from accel.ad.forward import jvp, jvp_program
+from accel.ad.forward.driver import jvp, jvp_program
 from accel.ast.typecheck import typecheck
 from accel.frontend import arg_type, trace_program
 

@@ -28,8 +28,8 @@ from hypothesis import given, settings
 
 import accel as A
 from accel.pipeline import BACKENDS
-from accel.testing.programs import (ALL_FEATURES, ProgramDesc, RandomSource, ReplaySource,
-                                    generate_program)
+from accel.testing.programs import ALL_FEATURES, ProgramDesc, generate_program
+from accel.testing.sources import RandomSource, ReplaySource
 from accel.testing.properties import (PropertyFailure, Skip, check_backends, check_gradient,
                                       gradient_typechecks, usable)
 from accel.testing.soak import shrink

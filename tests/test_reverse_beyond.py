@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import accel as A
-from accel.ad.forward import jvp
+from accel.ad.forward.driver import jvp
 
 B = "interpreter"
 SETTINGS = settings(deadline=None, max_examples=5, suppress_health_check=[HealthCheck.too_slow])

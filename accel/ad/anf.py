@@ -6,7 +6,8 @@ whose array arguments are variables, and a result tree of variables.  Each
 bound variable is the *label* of its node (thesis section 3.4.2); aliases
 (``let a = b``, projections of tuples) are resolved away.  ``Acond`` keeps
 its branches as nested blocks; ``Awhile`` stays opaque.  ``Unit e`` becomes
-``Generate () (\\_ -> e)`` so that the dual rules have one case less.
+``Generate () (\\_ -> e)`` so that the dual rules have one case less.  Trees and
+the way back to ``Alet`` chains are shared with the scalar level (``flat.ARR``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from dataclasses import dataclass, field
 
 from ..ast import nodes as N
 from ..ast.traverse import substitute
-from ..ast.types import ATupleT, shape_type
+from ..ast.types import shape_type
+from .flat import ARR, leaves
 
 
 @dataclass
@@ -37,28 +39,12 @@ class ABlock:
     result: object = None  # tree of Avars
 
 
-def leaves(tree) -> list:
-    if isinstance(tree, tuple):
-        return [x for t in tree for x in leaves(t)]
-    return [tree]
-
-
-def tree_term(tree) -> N.Arr:
-    if isinstance(tree, tuple):
-        return N.ATuple(tuple(tree_term(t) for t in tree))
-    return tree
-
-
-def tree_like(t, it):
-    if isinstance(t, ATupleT):
-        return tuple(tree_like(i, it) for i in t.items)
-    return next(it)
-
-
-def type_leaves(t) -> list:
-    if isinstance(t, ATupleT):
-        return [x for i in t.items for x in type_leaves(i)]
-    return [t]
+tree_term = ARR.tree_term
+tree_like = ARR.tree_like
+type_leaves = ARR.type_leaves
+paths = ARR.paths
+ablock_term = ARR.to_term
+bind_term = ARR.bind_term
 
 
 class AFlattener:
@@ -125,34 +111,7 @@ def aflatten(a: N.Arr, env: dict) -> ABlock:
     return ABlock(f.binds, res)
 
 
-def ablock_term(blk: ABlock, result=None) -> N.Arr:
-    """An Alet chain computing the block, then ``result`` (default: the block's)."""
-    body = tree_term(blk.result if result is None else result)
-    for b in reversed(blk.binds):
-        body = wrap(b, body)
-    return body
-
-
-def bind_term(b: ABind) -> N.Arr:
-    if isinstance(b.op, ACondB):
-        return N.Acond(b.op.c, ablock_term(b.op.t), ablock_term(b.op.e))
-    return b.op
-
-
-def wrap(b: ABind, body: N.Arr) -> N.Arr:
-    term = bind_term(b)
-    if len(b.outs) == 1 and not isinstance(term.type, ATupleT):
-        return N.Alet(b.outs[0], term, body)
-    tmp = N.Avar(N.fresh("t"), term.type)
-    for v, path in reversed(list(zip(b.outs, paths(term.type)))):
-        p = tmp
-        for i in path:
-            p = N.APrj(i, p)
-        body = N.Alet(v, p, body)
-    return N.Alet(tmp, term, body)
-
-
-def paths(t, prefix=()):
-    if isinstance(t, ATupleT):
-        return [p for i, s in enumerate(t.items) for p in paths(s, prefix + (i,))]
-    return [prefix]
+#: the array level's blocks, flattener and tree functions (``leaves`` is the same at both
+#: levels; the scalar level's module, ``blocks``, names it ``leaves_of``)
+__all__ = ["ABind", "ACondB", "ABlock", "AFlattener", "aflatten", "leaves", "tree_term",
+           "tree_like", "type_leaves", "paths", "ablock_term", "bind_term"]

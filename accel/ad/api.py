@@ -12,11 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..ast import nodes as N
-from ..ast.types import ArrayT, ATupleT, Scalar, float64
+from ..ast.types import ArrayT, ATupleT, Scalar
 from ..errors import NotDifferentiableError, ProgramTypeError, ShapeError
-from ..frontend import (Acc, Exp, _acc, _bind_exp, _current, _Open, arg_type, call_program,
+from ..frontend import (Acc, arg_type, call_program, current_context,
                         from_term, located, to_term, trace_lam, trace_program)
-from . import reverse
+from .reverse.driver import reverse_program
+from .wrt import resolve_wrt
 
 
 def default_backend() -> str:
@@ -33,30 +34,6 @@ def _signature(args, op: str) -> tuple:
     return tuple(arg_type(a, i) for i, a in enumerate(args)), False
 
 
-def _resolve_wrt(op: str, prog: N.Program, wrt):
-    params = prog.params
-    if wrt is None:
-        idx = tuple(i for i, p in enumerate(params) if _is_float_array(p.type))
-        single = len(params) == 1
-    elif isinstance(wrt, (int, np.integer)):
-        idx, single = (int(wrt),), True
-    else:
-        idx, single = tuple(int(i) for i in wrt), False
-    for i in idx:
-        if not 0 <= i < len(params):
-            raise ProgramTypeError(f"{op}: wrt={wrt!r} names parameter {i}, but the program "
-                                   f"has {len(params)} parameters")
-        if not _is_float_array(params[i].type):
-            raise NotDifferentiableError(
-                f"{op}: parameter {i} has type {params[i].type!r}; only floating arrays have "
-                "a gradient")
-    return idx, single
-
-
-def _is_float_array(t) -> bool:
-    return isinstance(t, ArrayT) and isinstance(t.elt, Scalar) and t.elt.is_float
-
-
 def gradient_program(prog: N.Program, wrt, op="gradientA", with_value=False,
                      mode: str | None = None):
     """(derivative program, whether a single gradient array is returned)."""
@@ -66,8 +43,8 @@ def gradient_program(prog: N.Program, wrt, op="gradientA", with_value=False,
         raise NotDifferentiableError(
             f"{op}: the program must return a rank-0 floating array (a scalar loss), but it "
             f"returns {t!r}; use A.vjp for other results")
-    idx, single = _resolve_wrt(op, prog, wrt)
-    return reverse.reverse_program(prog, idx, "one", mode, with_value), single
+    idx, single = resolve_wrt(op, prog, wrt)
+    return reverse_program(prog, idx, "one", mode, with_value), single
 
 
 def _derivative(f, wrt, op: str, with_value: bool, mode: str):
@@ -117,11 +94,11 @@ def gradientE(f):
 
     >>> A.map(A.gradientE(lambda x: x * A.sin(x)), a)
     """
-    from .expr import gradient_lambda
+    from .reverse.exp import gradient_lambda
 
     @located
     def partials(*args):
-        if _current() is None:
+        if current_context() is None:
             return _gradientE_numpy(partials, args)
         types = tuple(to_term(a).type for a in args)
         lam = trace_lam("gradientE", f, types)
@@ -129,7 +106,7 @@ def gradientE(f):
         body = g.body
         for p, a in reversed(list(zip(g.params, args))):
             body = N.Let(p, to_term(a), body)
-        out = from_term(body) if _current().level == "exp" else from_term(body)
+        out = from_term(body) if current_context().level == "exp" else from_term(body)
         return out[0] if len(args) == 1 else out
 
     partials.__name__ = f"gradientE_{getattr(f, '__name__', 'f')}"
@@ -157,8 +134,8 @@ def vjp(f, *args):
     from ..pipeline import run
     sig, traced = _signature(args, "vjp")
     prog = trace_program(f, sig)
-    idx = tuple(i for i, p in enumerate(prog.params) if _is_float_array(p.type))
-    vprog = reverse.reverse_program(prog, idx, "params")
+    idx, _ = resolve_wrt("vjp", prog, None)
+    vprog = reverse_program(prog, idx, "params")
     res_t = prog.type
     n_out = len(res_t.items) if isinstance(res_t, ATupleT) else 1
     nested = isinstance(res_t, ATupleT)
@@ -218,4 +195,4 @@ def _zero_like(a: Acc):
 
 
 __all__ = ["gradientA", "value_and_gradientA", "gradientE", "vjp", "default_backend",
-           "gradient_program", "Exp", "_acc", "_bind_exp", "_Open", "float64"]
+           "gradient_program"]

@@ -4,7 +4,8 @@ A scalar function body becomes a ``Block``: a list of ``Bind``s, each binding
 *scalar* variables (tuples are split into their leaves) to one operation on
 atoms (variables or constants), and a result *tree* (an atom or a Python tuple
 of trees).  ``Cond`` keeps its two branches as nested blocks; ``While`` stays
-opaque.  Blocks convert back to ordinary ``Let`` chains with ``to_exp``.
+opaque.  Blocks convert back to ordinary ``Let`` chains with ``to_exp``; trees and
+that conversion are shared with the array level (``flat.EXP``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ast import nodes as N
+from ..ast.traverse import substitute
 from ..ast.types import TupleT, bool_
+from .flat import EXP, leaves
 
 
 @dataclass
@@ -36,30 +39,12 @@ class Block:
     result: object = None  # a tree of atoms
 
 
-def leaves_of(tree) -> list:
-    if isinstance(tree, tuple):
-        return [x for t in tree for x in leaves_of(t)]
-    return [tree]
-
-
-def tree_term(tree) -> N.Exp:
-    """The expression of an atom tree."""
-    if isinstance(tree, tuple):
-        return N.Tuple(tuple(tree_term(t) for t in tree))
-    return tree
-
-
-def tree_like(t, leaves_iter):
-    """A tree of the element type ``t`` filled from ``leaves_iter``."""
-    if isinstance(t, TupleT):
-        return tuple(tree_like(i, leaves_iter) for i in t.items)
-    return next(leaves_iter)
-
-
-def type_leaves(t) -> list:
-    if isinstance(t, TupleT):
-        return [x for i in t.items for x in type_leaves(i)]
-    return [t]
+leaves_of = leaves
+tree_term = EXP.tree_term
+tree_like = EXP.tree_like
+type_leaves = EXP.type_leaves
+to_exp = EXP.to_term
+bind_term = EXP.bind_term
 
 
 def zero(t) -> N.Exp:
@@ -120,7 +105,6 @@ class Flattener:
             return self.bind(CondB(c, flatten(e.t, env), flatten(e.e, env)), e.type)
         if isinstance(e, N.While):
             init = tree_term(self.go(e.init, env))
-            from ..ast.traverse import substitute
             sub = {k: tree_term(v) for k, v in env.items()}
             w = N.While(substitute(e.cond, sub), substitute(e.body, sub), init)
             return self.bind(w, e.type)
@@ -132,42 +116,3 @@ def flatten(e: N.Exp, env: dict) -> Block:
     f = Flattener()
     res = f.go(e, env)
     return Block(f.binds, res)
-
-
-def to_exp(block: Block, result=None) -> N.Exp:
-    """A Let chain computing ``block`` and then ``result`` (default: its own result)."""
-    body = tree_term(block.result if result is None else result)
-    for b in reversed(block.binds):
-        body = _wrap(b, body)
-    return body
-
-
-def bind_term(b: Bind) -> N.Exp:
-    if isinstance(b.op, CondB):
-        return N.Cond(b.op.c, to_exp(b.op.t), to_exp(b.op.e))
-    return b.op
-
-
-def _wrap(b: Bind, body: N.Exp) -> N.Exp:
-    term = bind_term(b)
-    if len(b.outs) == 1 and not isinstance(term.type, TupleT):
-        return N.Let(b.outs[0], term, body)
-    tmp = N.Var(N.fresh("t"), term.type)
-    paths = _paths(term.type)
-    for v, path in reversed(list(zip(b.outs, paths))):
-        p = tmp
-        for i in path:
-            p = N.Prj(i, p)
-        body = N.Let(v, p, body)
-    return N.Let(tmp, term, body)
-
-
-def _paths(t, prefix=()):
-    if isinstance(t, TupleT):
-        return [p for i, s in enumerate(t.items) for p in _paths(s, prefix + (i,))]
-    return [prefix]
-
-
-def bound_names(block: Block) -> set:
-    """Names bound at the top level of a block (not inside branches)."""
-    return {v.name for b in block.binds for v in b.outs}

@@ -15,7 +15,8 @@ import numpy as np
 
 from ..frontend import arg_type, call_program, trace_program
 from ..pipeline import compile as compile_program
-from .api import _resolve_wrt, default_backend, gradient_program
+from .api import default_backend, gradient_program
+from .wrt import resolve_wrt
 
 
 @dataclass
@@ -51,12 +52,12 @@ def check_grad(f, *args, rtol=1e-5, atol=1e-7, wrt=None, backend=None) -> GradCh
     atol=1e-4 (float32 cannot do better).  Returns a report; ``bool(report)``
     is ``report.ok``.
     """
-    from .forward import jvp_program
+    from .forward.driver import jvp_program
     backend = backend or default_backend()
     args = [np.array(a, copy=True) for a in args]
     sig = tuple(arg_type(a, i) for i, a in enumerate(args))
     prog = trace_program(f, sig)
-    idx, _ = _resolve_wrt("check_grad", prog, wrt)
+    idx, _ = resolve_wrt("check_grad", prog, wrt)
     gprog, _ = gradient_program(prog, tuple(idx), "check_grad")
     rev = compile_program(lambda *a: call_program(gprog, list(a)), backend)(*args)
     rev = rev if isinstance(rev, tuple) else (rev,)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from ..ast import nodes as N
 from ..ast.prims import PRIMS
-from ..ast.types import bool_
 
 
 def _c(x, like: N.Exp) -> N.Exp:
@@ -113,8 +112,3 @@ def partials(op: str, args: tuple, result: N.Exp) -> tuple:
     """
     ps = DERIVATIVES[op](args, result)
     return tuple(p if a.type.is_float else None for p, a in zip(ps, args))
-
-
-def is_smooth_result(op: str, result_type) -> bool:
-    """Whether a primitive application can carry a derivative at all."""
-    return op not in DISCRETE and result_type != bool_ and result_type.is_float

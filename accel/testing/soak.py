@@ -23,7 +23,8 @@ import sys
 import time
 import traceback
 
-from .programs import ProgramDesc, RandomSource, ReplaySource, generate_program
+from .programs import ProgramDesc, generate_program
+from .sources import RandomSource, ReplaySource
 from .properties import PropertyFailure, Skip, available_backends, check_backends, check_gradient
 
 

@@ -60,7 +60,7 @@ def _int_permute_max(a):
 def test_integer_arrays_computed_from_differentiated_inputs_carry_no_derivative(f, want):
     # was: NotDifferentiableError "fold/scan: reverse mode needs floating elements ..., got
     # int64" / "permute: max on int64 elements": reverse mode marked integer arrays computed
-    # from an active array active (fixed in accel/ad/reverse.py, _activity)
+    # from an active array active (fixed in accel/ad/reverse/driver.py, _activity)
     x = np.array([0.5, 1.25, 2.5])
     np.testing.assert_allclose(A.run(A.gradientA(f), x, backend="interpreter"), want)
     _, t = A.jvp(f, (x,), (np.ones(3),), backend="interpreter")
@@ -103,7 +103,7 @@ def test_forward_mode_through_awhile_whose_state_shrinks():
                    reason="reverse mode through awhile assumes the state keeps its shape: "
                           "when the body shrinks it (zip_with with a smaller array, (3,) -> "
                           "(2,)), the dual pass indexes the loop tape out of bounds "
-                          "(accel/ad/loops.py), in both store and recompute modes")
+                          "(accel/ad/reverse/loop.py), in both store and recompute modes")
 @pytest.mark.parametrize("mode", ["store", "recompute"])
 def test_reverse_mode_through_awhile_whose_state_shrinks(mode):
     # found by the soak (seed 11, programs 1259 and 2477)

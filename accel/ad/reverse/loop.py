@@ -1,4 +1,4 @@
-"""Reverse rules for loops (beyond the thesis, after Futhark's loop tape).
+"""Reverse rule of the array-level loop ``awhile`` (beyond the thesis, after Futhark's loop tape).
 
 ``awhile``: the primal runs the loop once to count its iterations ``n``, then
 again writing every ``every``-th state into a *loop tape* (one array of shape
@@ -8,19 +8,19 @@ the tape (recomputing up to ``every - 1`` body steps from the last checkpoint)
 and applies the body's vector-Jacobian product, accumulating the adjoints of
 the arrays the body reads from outside.
 
-``while_`` (inside scalar functions) has no arrays to keep a tape in: its
-reverse rule recomputes state ``k`` from the initial state (O(n^2) body steps,
-O(1) memory).  A scalar loop body that indexes arrays carrying a derivative is
-not supported (each iteration would add an index adjoint).
+The scalar loop ``while_`` has its rule in ``exp`` (it has no arrays to keep a
+tape in).
 """
 
 from __future__ import annotations
 
-from ..ast import nodes as N
-from ..ast.traverse import apply_lam, free_vars, freshen, substitute
-from ..ast.types import ArrayT, ATupleT, TupleT, bool_, int64, shape_type
-from ..errors import NotDifferentiableError
-from .anf import ABind, leaves, tree_like, tree_term, type_leaves
+from ...ast import nodes as N
+from ...ast.traverse import free_vars, freshen, substitute, walk
+from ...ast.types import ArrayT, ATupleT, bool_, int64, shape_type
+from ...errors import NotDifferentiableError
+from ..anf import ABind, leaves, tree_like, tree_term, type_leaves
+from ..blocks import zero
+from .terms import add_lam, zeros_like
 
 
 def _c(v, t=int64):
@@ -84,9 +84,12 @@ def inline_program(prog: N.Program, args: list) -> N.Arr:
     return body
 
 
-def awhile_dual(rev, b: ABind, op: N.Awhile, dys: list):
+def awhile(rev, b: ABind, dys: list):
     """Primal replacement (count + taped loop) and the dual loop of ``b = awhile``."""
-    from .reverse import reverse_program, zeros_like
+    # primal:  y = awhile c f x0, rewritten to: n = (iterations); (y, tape) = awhile (taped f)
+    # reverse: for k = n-1 .. 0:  x_k = tape[k / every] advanced (k mod every) steps;
+    #          (lam, outer adjoints) += vjp(f)(x_k, lam);   x0 += lam
+    op = b.op
     T = op.init.type
     tl = type_leaves(T)
     for t in tl:
@@ -163,7 +166,7 @@ def awhile_dual(rev, b: ABind, op: N.Awhile, dys: list):
     bprog_body = N.Alet(op.body.param, tree_term(tree_like(T, iter(xp))), op.body.body)
     bprog_body = substitute(bprog_body, {v.name: w for v, w in zip(outer_vars, op_)})
     bprog = N.Program(xp + op_, bprog_body)
-    vprog = reverse_program(bprog, tuple(range(len(xp) + len(op_))), "params")
+    vprog = rev.vjp_program(bprog)
     m = len(tl)
 
     # -- dual loop over (k, lam, accs) from k = n down to 1
@@ -252,7 +255,6 @@ def _retree(t, rows):
 
 
 def _find_avar(n: N.Node, name: str) -> N.Avar:
-    from ..ast.traverse import walk
     for x in walk(n):
         if isinstance(x, N.Avar) and x.name == name:
             return x
@@ -260,7 +262,6 @@ def _find_avar(n: N.Node, name: str) -> N.Avar:
 
 
 def _gen_zero(shape: N.Exp, elt) -> N.Arr:
-    from .blocks import zero
     r = len(shape.type.items)
     return N.Generate(shape, N.Lam((N.Var(N.fresh("i"), shape_type(r)),), zero(elt)))
 
@@ -271,95 +272,4 @@ def _let_exp_in_arr(v: N.Var, e: N.Exp, a: N.Arr) -> N.Arr:
 
 
 def _add_arrays(a: N.Arr, b: N.Arr, t: ArrayT) -> N.Arr:
-    from .reverse import add_lam
     return N.ZipWith(add_lam(t.elt), a, b)
-
-
-# --------------------------------------------------------------------------- while_
-
-
-def while_dual(rev, b, op: N.While):
-    """Adjoints for ``outs = while_ cond body init`` inside a scalar function (recompute)."""
-    from ..ast.traverse import walk
-    from . import expr as X
-    from .blocks import leaves_of, tree_like as etree_like, type_leaves as etype_leaves, zero
-    adjs = [rev.adjoint(o) if o.type.is_float else None for o in b.outs]
-    if all(a is None for a in adjs):
-        return
-    if free_vars(op.body) & rev_active_names(rev, op.body):
-        raise NotDifferentiableError(
-            "while_: reverse mode through a scalar loop whose body indexes arrays that carry "
-            "a derivative is not supported (use awhile)")
-    S = op.init.type
-    frees = sorted({v.name: v for v in walk(op.body) if isinstance(v, N.Var)
-                    and v.name in free_vars(op.body) and v.type.is_float}.items())
-    fvars = [v for _, v in frees]
-
-    def lam2(types, fn):
-        ps = tuple(N.Var(N.fresh("w"), t) for t in types)
-        return N.Lam(ps, fn(*ps))
-
-    def app(lam, *args):
-        return apply_lam(lam, args)
-
-    one = _c(1)
-    KS = TupleT((S, int64))
-    count = N.Prj(1, N.While(
-        lam2((KS,), lambda s: app(op.cond, N.Prj(0, s))),
-        lam2((KS,), lambda s: N.Tuple((app(op.body, N.Prj(0, s)), _p("add", N.Prj(1, s), one)))),
-        N.Tuple((op.init, _c(0)))))
-
-    def state_at(k):
-        return N.Prj(0, N.While(
-            lam2((KS,), lambda s: _p("lt", N.Prj(1, s), k)),
-            lam2((KS,), lambda s: N.Tuple((app(op.body, N.Prj(0, s)),
-                                           _p("add", N.Prj(1, s), one)))),
-            N.Tuple((op.init, _c(0)))))
-
-    sp = N.Var(N.fresh("s"), S)
-    fps = tuple(N.Var(N.fresh("f"), v.type) for v in fvars)
-    blam = N.Lam((sp,) + fps, app(op.body, sp) if not fvars else
-                 substitute(app(op.body, sp), {v.name: w for v, w in zip(fvars, fps)}))
-    ad = X.differentiate_lam(blam, active=lambda arr: False)
-    D = X.recompute_lambda(ad)
-    DT = TupleT((int64, S) + tuple(v.type for v in fvars))
-
-    def dbody(st):
-        km1 = _p("sub", N.Prj(0, st), one)
-        kv = N.Var(N.fresh("k"), int64)
-        rv = N.Var(N.fresh("r"), D.type)
-        lam = N.Prj(1, st)
-        res = N.Tuple((kv, N.Prj(0, N.Prj(0, rv))) + tuple(
-            _p("add", N.Prj(2 + i, st), N.Prj(1 + i, N.Prj(0, rv))) for i in range(len(fvars))))
-        return N.Let(kv, km1, N.Let(rv, app(D, state_at(kv), *[N.Var(v.name, v.type)
-                                                               for v in fvars], lam), res))
-
-    lam0 = etree_like(S, iter(a if a is not None else zero(o.type)
-                              for a, o in zip(adjs, b.outs)))
-    from .blocks import tree_term as etree_term
-    init = N.Tuple((count, etree_term(lam0)) + tuple(zero(v.type) for v in fvars))
-    loop = N.While(lam2((DT,), lambda st: _p("gt", N.Prj(0, st), _c(0))),
-                   lam2((DT,), dbody), init)
-    out = rev.emit(loop)
-    lam_fin = leaves_of(out[1])
-    init_atoms = leaves_of(_exp_tree(op.init))
-    for atom, a, t in zip(init_atoms, lam_fin, etype_leaves(S)):
-        if t.is_float:
-            rev.contribute(atom, a)
-    for v, a in zip(fvars, out[2:]):
-        rev.contribute(v, a)
-
-
-def rev_active_names(rev, lam) -> set:
-    names = set()
-    from ..ast.traverse import walk
-    for x in walk(lam):
-        if isinstance(x, N.Index) and rev.active(x.array):
-            names.add(x.array.name)
-    return names
-
-
-def _exp_tree(e: N.Exp):
-    if isinstance(e, N.Tuple):
-        return tuple(_exp_tree(i) for i in e.items)
-    return e

@@ -15,12 +15,12 @@ Right scans are left scans in reversed coordinates with ``g(acc, x) = f(x, acc)`
 
 from __future__ import annotations
 
-from ..ast import nodes as N
-from ..ast.traverse import apply_lam as _apply, freshen
-from ..ast.types import TupleT, int64, shape_type
-from ..errors import NotDifferentiableError
-from . import expr as X
-from .blocks import type_leaves, zero
+from ...ast import nodes as N
+from ...ast.traverse import apply_lam as _apply, freshen
+from ...ast.types import TupleT, int64, shape_type
+from ...errors import NotDifferentiableError
+from ..blocks import type_leaves, zero
+from . import exp
 
 
 def _leaf_paths(t, prefix=()):
@@ -80,7 +80,7 @@ class Recurrence:
         rows = []
         for pl in self.fpaths:
             lam = N.Lam(g.params, _prj(g.body, pl)) if pl else g
-            gl = X.gradient_lambda(freshen(lam))
+            gl = exp.gradient_lambda(freshen(lam))
             rows.append(gl)
         acc, x = (N.Var(N.fresh("x"), p.type) for p in g.params)
         entries = []
@@ -162,8 +162,8 @@ def recurrence_dual(rev, f: N.Lam, z, a: N.Avar, accs: N.Avar, dacc, has_z: bool
         return N.Let(vv, v, tree)
 
     # per element of a: the dual of g at its step, seeded with the next accumulator's adjoint
-    ad = X.differentiate_lam(freshen(R.g), active=lambda arr: arr.name in rev.active)
-    dual = X.recompute_lambda(ad)
+    ad = exp.differentiate_lam(freshen(R.g), active=lambda arr: arr.name in rev.active)
+    dual = exp.recompute_lambda(ad)
     i2 = N.Var(N.fresh("i"), shape_type(r))
     j = N.Prj(r - 1, i2)
     if has_z:
@@ -183,7 +183,7 @@ def recurrence_dual(rev, f: N.Lam, z, a: N.Avar, accs: N.Avar, dacc, has_z: bool
     back = R.pos(i3, N.Prj(r - 1, i3))  # reversal is its own inverse
     xadj = N.Generate(N.Shape(a), N.Lam((i3,), N.Prj(1, N.Prj(0, N.Index(dres, back)))))
     rev.contribute(a, xadj)
-    rev.index_adjoints(ad.iai, dres, r)
+    rev.scatter_index_adjoints(ad.index_adjoints, dres, r)
     if has_z:
         i4 = N.Var(N.fresh("i"), shape_type(r - 1))
         return N.Generate(N.Tuple(tuple(N.Prj(q, N.Shape(a)) for q in range(r - 1))),
@@ -196,5 +196,3 @@ def _tree_with(t, vals: dict, prefix=()):
         return N.Tuple(tuple(_tree_with(s, vals, prefix + (i,)) for i, s in enumerate(t.items)))
     return vals.get(prefix, zero(t))
 
-
-__all__ = ["recurrence_dual"]

@@ -1,0 +1,123 @@
+"""Reverse rules of ``Permute`` (scatter), one function per combination operator.
+
+``permute`` picks the rule by the combination function (``terms.binop_of``) from
+``COMBINATION_RULES``; a new combination operator is one more function and one
+more table entry.  Each rule contributes to the defaults ``d`` and the source
+``src`` through the two target helpers of ``Targets``.
+"""
+
+from __future__ import annotations
+
+from ...ast import nodes as N
+from ...ast.pretty import show
+from ...ast.traverse import apply_lam, freshen
+from ...ast.types import Scalar, shape_type
+from ...errors import NotDifferentiableError
+from ..blocks import zero
+from .terms import add_lam, binop_of, lam1
+
+class Scatter:
+    """One ``Permute`` being differentiated: its parts and the two adjoint layouts.
+
+    ``at_target(body)`` is an array over ``src`` (``body(i, f i)`` where ``f i`` is kept,
+    zero where it is ``ignore``); ``over_defaults(body)`` an array over the defaults.
+    """
+
+    def __init__(self, op: N.Permute, y: N.Avar, dy: N.Avar):
+        self.op, self.y, self.dy = op, y, dy
+        self.d, self.src, self.elt = op.defaults, op.src, y.type.elt
+        self.z = zero(self.elt)
+
+    def at_target(self, body_fn):
+        # Generate over src: \i -> let t = f i in if keep then body(i, target) else 0
+        i = N.Var(N.fresh("i"), shape_type(self.src.type.rank))
+        t = N.Var(N.fresh("t"), self.op.f.type)
+        body = N.Let(t, apply_lam(self.op.f, (i,)),
+                     N.Cond(N.Prj(0, t), body_fn(i, N.Prj(1, t)), self.z))
+        return N.Generate(N.Shape(self.src), N.Lam((i,), body))
+
+    def over_defaults(self, body_fn):
+        return N.Generate(N.Shape(self.d), lam1(shape_type(self.d.type.rank), body_fn))
+
+
+def _eq(a, b):
+    return N.PrimApp("eq", (a, b))
+
+
+def permute(rev, b, y, dy):
+    # primal:  y = Permute comb d f src   (y[t] = comb(src[i], y[t]) for f(i) = t)
+    # reverse: by the combination function, from COMBINATION_RULES
+    op = b.op
+    kind = binop_of(op.comb)
+    elt = y.type.elt
+    if kind not in COMBINATION_RULES:
+        raise NotDifferentiableError(
+            f"permute: reverse mode is defined for the combination functions +, *, max "
+            f"and min, not {show(op.comb)}")
+    if kind != "add" and not (isinstance(elt, Scalar) and elt.is_float):
+        raise NotDifferentiableError(f"permute: {kind} on {elt!r} elements")
+    COMBINATION_RULES[kind](rev, Scatter(op, y, dy))
+
+
+def permute_add(rev, s: Scatter):
+    # primal:  y = Permute (+) d f src
+    # reverse: d += dy;  src[i] += dy[f i] (a gather; 0 where f i is ignore)
+    rev.contribute(s.d, s.dy)
+    rev.contribute(s.src, s.at_target(lambda i, t: N.Index(s.dy, t)))
+
+
+def permute_extremum(rev, s: Scatter):
+    # primal:  y = Permute max|min d f src
+    # reverse: the winners share dy[t] equally (d[t] included):
+    #          cnt = Permute (+) (d == y) f (src == y[f i]);  x += dy[t] / cnt[t] where x == y[t]
+    op, y, dy, d, src, elt, z = s.op, s.y, s.dy, s.d, s.src, s.elt, s.z
+    one = N.Const(1, elt)
+    dhit = lambda t: N.Cond(_eq(N.Index(d, t), N.Index(y, t)), one, z)  # noqa: E731
+    shit = s.at_target(lambda i, t: N.Cond(_eq(N.Index(src, i), N.Index(y, t)), one, z))
+    cnt = rev.emit(N.Permute(add_lam(elt), s.over_defaults(dhit), freshen(op.f),
+                             rev.emit(shit)))
+
+    def share(v, t):
+        return N.Cond(_eq(v, N.Index(y, t)), N.PrimApp("div", (
+            N.Index(dy, t), N.Index(cnt, t))), z)
+    rev.contribute(d, s.over_defaults(lambda t: share(N.Index(d, t), t)))
+    rev.contribute(src, s.at_target(lambda i, t: share(N.Index(src, i), t)))
+
+
+def permute_mul(rev, s: Scatter):
+    # primal:  y = Permute (*) d f src
+    # reverse: each factor gets dy[t] * (product of the others), zeros counted:
+    #          prod = product of the nonzero factors, zeros = their number;
+    #          x += dy[t] * (prod / x if zeros == 0; prod if x == 0 and zeros == 1; else 0)
+    op, dy, d, src, elt, z = s.op, s.dy, s.d, s.src, s.elt, s.z
+    rs = src.type.rank
+    one = N.Const(1, elt)
+    nz = (lambda v: N.Cond(_eq(v, z), one, v))  # noqa: E731
+    isz = (lambda v: N.Cond(_eq(v, z), one, z))  # noqa: E731
+    mul = N.Lam((xv := N.Var(N.fresh("x"), elt), yv := N.Var(N.fresh("y"), elt)),
+                N.PrimApp("mul", (xv, yv)))
+    j = N.Var(N.fresh("i"), shape_type(rs))
+    prod = rev.emit(N.Permute(mul, s.over_defaults(lambda t: nz(N.Index(d, t))),
+                              freshen(op.f), rev.emit(N.Generate(N.Shape(src), N.Lam(
+                                  (j,), nz(N.Index(src, j)))))))
+    j2 = N.Var(N.fresh("i"), shape_type(rs))
+    zeros = rev.emit(N.Permute(add_lam(elt), s.over_defaults(lambda t: isz(N.Index(d, t))),
+                               freshen(op.f), rev.emit(N.Generate(N.Shape(src), N.Lam(
+                                   (j2,), isz(N.Index(src, j2)))))))
+
+    def others(v, t):
+        zt, pt = N.Index(zeros, t), N.Index(prod, t)
+        nonzero = N.Cond(_eq(zt, z), N.PrimApp("div", (pt, v)), z)
+        iszero = N.Cond(_eq(zt, one), pt, z)
+        return N.PrimApp("mul", (N.Index(dy, t), N.Cond(_eq(v, z), iszero, nonzero)))
+    rev.contribute(d, s.over_defaults(lambda t: others(N.Index(d, t), t)))
+    rev.contribute(src, s.at_target(lambda i, t: others(N.Index(src, i), t)))
+
+
+#: combination operator (as ``terms.binop_of`` names it) -> its reverse rule
+COMBINATION_RULES = {
+    "add": permute_add,
+    "max": permute_extremum,
+    "min": permute_extremum,
+    "mul": permute_mul,
+}

@@ -1,0 +1,73 @@
+"""Reverse rules of the constructs that only move elements: ``Backpermute``,
+``Reshape``, ``Replicate``, ``Slice`` (and ``Use``, a constant).
+
+Each adjoint is the transposed movement of the result's adjoint: a gather's is a
+scatter-add, a replication's a sum over the replicated dimensions.
+"""
+
+from __future__ import annotations
+
+from ...ast import nodes as N
+from ...ast.traverse import freshen
+from ...ast.types import bool_, shape_type
+from ..blocks import zero
+from .terms import add_lam, zeros_like
+
+def use(rev, b, y, dy):
+    # primal:  y = Use literal;   reverse: nothing (a constant has no inputs)
+    return None
+
+def backpermute(rev, b, y, dy):
+    # primal:  y = Backpermute sh f a
+    # reverse: a += Permute (+) (zeros a) (\i -> (True, f i)) dy
+    op = b.op
+    f = freshen(op.f)
+    pf = N.Lam(f.params, N.Tuple((N.Const(True, bool_), f.body)))
+    rev.contribute(op.a, N.Permute(add_lam(y.type.elt), zeros_like(op.a), pf, dy))
+
+def reshape(rev, b, y, dy):
+    # primal:  y = Reshape sh a;   reverse: a += Reshape (shape a) dy
+    op = b.op
+    rev.contribute(op.a, N.Reshape(N.Shape(op.a), dy))
+
+def replicate(rev, b, y, dy):
+    # primal:  y = Replicate spec a
+    # reverse: a += Fold (+) 0 (Reshape (kept, prod new) (Backpermute (kept, new) perm dy))
+    op = b.op
+    spec, R, k = op.spec, y.type.rank, op.a.type.rank
+    kept = [d for d, s in enumerate(spec) if s is None]
+    new = [d for d, s in enumerate(spec) if s is not None]
+    if not new:
+        return rev.contribute(op.a, dy)
+    sa = N.Shape(op.a)
+    sizes = [N.Prj(j, sa) for j in range(k)] + [freshen(spec[d]) for d in new]
+    ix = N.Var(N.fresh("i"), shape_type(R))
+    order = kept + new
+    back = [None] * R
+    for pos, d in enumerate(order):
+        back[d] = N.Prj(pos, ix)
+    moved = N.Backpermute(N.Tuple(tuple(sizes)), N.Lam((ix,), N.Tuple(tuple(back))), dy)
+    prod = sizes[k]
+    for s in sizes[k + 1:]:
+        prod = N.PrimApp("mul", (prod, s))
+    flat = N.Reshape(N.Tuple(tuple(sizes[:k]) + (prod,)), rev.emit(moved))
+    elt = y.type.elt
+    z = zero(elt)
+    rev.contribute(op.a, N.Fold(add_lam(elt), z, rev.emit(flat)))
+
+def slice_(rev, b, y, dy):
+    # primal:  y = Slice a spec
+    # reverse: a += Generate (shape a) (\i -> if fixed dims of i match then dy[kept i] else 0)
+    op = b.op
+    spec, k = op.spec, op.a.type.rank
+    if all(s is None for s in spec):
+        return rev.contribute(op.a, dy)
+    ix = N.Var(N.fresh("i"), shape_type(k))
+    match = None
+    for d, s in enumerate(spec):
+        if s is not None:
+            eq = N.PrimApp("eq", (N.Prj(d, ix), freshen(s)))
+            match = eq if match is None else N.PrimApp("and", (match, eq))
+    small = N.Tuple(tuple(N.Prj(d, ix) for d, s in enumerate(spec) if s is None))
+    body = N.Cond(match, N.Index(dy, small), zero(y.type.elt))
+    rev.contribute(op.a, N.Generate(N.Shape(op.a), N.Lam((ix,), body)))
