@@ -77,8 +77,10 @@ from accel.ast.nodes import (
     While,
     ZipWith,
 )
+from accel.ast.patterns import scalar_binop
 from accel.ast.traverse import recursion_headroom
-from accel.ast.types import ArrayT, ATupleT, Scalar, TupleT, scalar_of_dtype
+from accel.ast.trees import leaf_map, leaf_map2, leaves
+from accel.ast.types import ArrayT, ATupleT, TupleT, scalar_of_dtype
 from accel.errors import OutOfBoundsError, ProgramTypeError, ShapeError
 
 __all__ = ["ArrayValue", "InterpreterBackend", "Runner", "evaluate", "make_runner", "prepare"]
@@ -102,25 +104,6 @@ class ArrayValue:
         return f"ArrayValue({self.shape}, {self.data!r})"
 
 
-def _lmap(f, v):
-    """Apply ``f`` to every leaf of a nested tuple of arrays."""
-    if isinstance(v, tuple):
-        return tuple(_lmap(f, x) for x in v)
-    return f(v)
-
-
-def _lmap2(f, v, w):
-    if isinstance(v, tuple):
-        return tuple(_lmap2(f, x, y) for x, y in zip(v, w))
-    return f(v, w)
-
-
-def _leaves(v) -> list:
-    if isinstance(v, tuple):
-        return [x for item in v for x in _leaves(item)]
-    return [v]
-
-
 def _fix(v, t, n: int):
     """Coerce a lane value to the element type ``t``: every leaf an array of length ``n``."""
     if isinstance(t, TupleT):
@@ -142,17 +125,17 @@ def _empty(t, shape: tuple):
 
 def _flat(av: ArrayValue):
     """The data of ``av`` with every leaf flattened to 1-D (row-major)."""
-    return _lmap(lambda x: x.reshape(-1), av.data)
+    return leaf_map(lambda x: x.reshape(-1), av.data)
 
 
 def _take(v, idx):
     """Restrict a lane value to the lanes ``idx`` (any NumPy index applied to every leaf)."""
-    return _lmap(lambda x: x[idx], v)
+    return leaf_map(lambda x: x[idx], v)
 
 
 def _store(out, key, v) -> None:
     """``out[key] = v`` on every leaf."""
-    _lmap2(lambda o, x: o.__setitem__(key, x), out, v)
+    leaf_map2(lambda o, x: o.__setitem__(key, x), out, v)
 
 
 def _prod(shape) -> int:
@@ -204,24 +187,6 @@ class _Env:
 # --------------------------------------------------------------------------- helpers
 
 
-def _lam_fast_op(lam: Lam):
-    """``'add'``/``'mul'``/``'max'``/``'min'`` if ``lam`` is ``\\x y -> op x y`` (either
-    order) on a scalar type, else None."""
-    if len(lam.params) != 2 or not isinstance(lam.type, Scalar):
-        return None
-    b = lam.body
-    if not (isinstance(b, PrimApp) and b.op in ("add", "mul", "max", "min")):
-        return None
-    if not all(isinstance(a, Var) for a in b.args):
-        return None
-    p, q = (x.name for x in lam.params)
-    if p == q:
-        return None
-    if {a.name for a in b.args} == {p, q}:
-        return b.op
-    return None
-
-
 _UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
@@ -267,11 +232,11 @@ def _gather(av: ArrayValue, ix: tuple, n: int, op: str):
     """``av[ix]`` for index lanes ``ix`` (bounds-checked), as a lane value."""
     _check_bounds(op, ix, av.shape)
     lin = _linear(ix, av.shape, n)
-    return _lmap(lambda x: x.reshape(-1)[lin], av.data)
+    return leaf_map(lambda x: x.reshape(-1)[lin], av.data)
 
 
 @contextmanager
-def _deep_recursion():
+def deep_recursion():
     with recursion_headroom(_RECURSION_LIMIT), np.errstate(all="ignore"):
         yield
 
@@ -331,7 +296,7 @@ def _merge(n, ti, tv, ei, ev):
         out[ti] = a
         out[ei] = b
         return out
-    return _lmap2(m, tv, ev)
+    return leaf_map2(m, tv, ev)
 
 
 def _e_cond(e: Cond, env):
@@ -356,7 +321,7 @@ def _apply(lam: Lam, args, env: _Env):
 
 def _e_while(e: While, env):
     state = _fix(_exp(e.init, env), e.type, env.n)
-    result = _lmap(np.copy, state)
+    result = leaf_map(np.copy, state)
     active = np.arange(env.n)  # lanes of env still looping
     cur = state  # the state of the active lanes
     while active.size:
@@ -380,24 +345,24 @@ _EXP = {
 }
 
 
-def _scalar_exp(e: Exp, aenv: dict):
+def eval_scalar(e: Exp, aenv: dict):
     """Evaluate an array-level expression (one lane); returns a lane value of length 1."""
     env = _Env(1, aenv)
     return _fix(_exp(e, env), e.type, 1)
 
 
 def _int_exp(e: Exp, aenv: dict) -> int:
-    return int(_scalar_exp(e, aenv)[0])
+    return int(eval_scalar(e, aenv)[0])
 
 
 def _shape_exp(e: Exp, aenv: dict, op: str) -> tuple:
-    return _check_shape(op, tuple(int(x[0]) for x in _scalar_exp(e, aenv)))
+    return _check_shape(op, tuple(int(x[0]) for x in eval_scalar(e, aenv)))
 
 
 # --------------------------------------------------------------------------- arrays
 
 
-def _arr(a: Arr, aenv: dict):
+def eval_array(a: Arr, aenv: dict):
     """Evaluate array node ``a`` in the array environment ``aenv``."""
     return _ARR[type(a)](a, aenv)
 
@@ -416,22 +381,22 @@ def _a_avar(a: Avar, aenv):
 def _a_alet(a: Alet, aenv):
     scope = dict(aenv)
     while isinstance(a, Alet):
-        scope[a.var.name] = _arr(a.bound, scope)
+        scope[a.var.name] = eval_array(a.bound, scope)
         a = a.body
-    return _arr(a, scope)
+    return eval_array(a, scope)
 
 
 def _a_atuple(a: ATuple, aenv):
-    return tuple([_arr(i, aenv) for i in a.items])
+    return tuple([eval_array(i, aenv) for i in a.items])
 
 
 def _a_aprj(a: APrj, aenv):
-    return _arr(a.tup, aenv)[a.index]
+    return eval_array(a.tup, aenv)[a.index]
 
 
 def _a_unit(a: Unit, aenv):
-    v = _scalar_exp(a.exp, aenv)
-    return ArrayValue((), _lmap(lambda x: x.reshape(()), v))
+    v = eval_scalar(a.exp, aenv)
+    return ArrayValue((), leaf_map(lambda x: x.reshape(()), v))
 
 
 def _run_lam(lam: Lam, args, n: int, aenv: dict):
@@ -443,49 +408,49 @@ def _a_generate(a: Generate, aenv):
     sh = _shape_exp(a.shape, aenv, "generate")
     n = _prod(sh)
     v = _run_lam(a.f, (_all_indices(sh),), n, aenv)
-    return ArrayValue(sh, _lmap(lambda x: x.reshape(sh), v))
+    return ArrayValue(sh, leaf_map(lambda x: x.reshape(sh), v))
 
 
 def _a_map(a: Map, aenv):
-    src = _arr(a.a, aenv)
+    src = eval_array(a.a, aenv)
     n = _prod(src.shape)
     v = _run_lam(a.f, (_flat(src),), n, aenv)
-    return ArrayValue(src.shape, _lmap(lambda x: x.reshape(src.shape), v))
+    return ArrayValue(src.shape, leaf_map(lambda x: x.reshape(src.shape), v))
 
 
 def _a_zipwith(a: ZipWith, aenv):
-    x, y = _arr(a.a, aenv), _arr(a.b, aenv)
+    x, y = eval_array(a.a, aenv), eval_array(a.b, aenv)
     sh = tuple(min(p, q) for p, q in zip(x.shape, y.shape))
     cut = tuple(slice(0, s) for s in sh)
-    xs = _lmap(lambda d: d[cut].reshape(-1), x.data)
-    ys = _lmap(lambda d: d[cut].reshape(-1), y.data)
+    xs = leaf_map(lambda d: d[cut].reshape(-1), x.data)
+    ys = leaf_map(lambda d: d[cut].reshape(-1), y.data)
     v = _run_lam(a.f, (xs, ys), _prod(sh), aenv)
-    return ArrayValue(sh, _lmap(lambda d: d.reshape(sh), v))
+    return ArrayValue(sh, leaf_map(lambda d: d.reshape(sh), v))
 
 
 def _rows(av: ArrayValue):
     """(outer shape, rows m, inner length k, data with leaves reshaped to (m, k))."""
     outer, k = av.shape[:-1], av.shape[-1]
     m = _prod(outer)
-    return outer, m, k, _lmap(lambda d: d.reshape(m, k), av.data)
+    return outer, m, k, leaf_map(lambda d: d.reshape(m, k), av.data)
 
 
 def _seed(z: Exp, m: int, aenv: dict):
     """The seed ``z`` (evaluated once) broadcast to ``m`` lanes."""
-    v = _scalar_exp(z, aenv)
-    return _lmap(lambda x: np.repeat(x, m), v)
+    v = eval_scalar(z, aenv)
+    return leaf_map(lambda x: np.repeat(x, m), v)
 
 
 def _a_fold(a: Fold, aenv):
     op = "fold" if a.z is not None else "fold1"
-    src = _arr(a.a, aenv)
+    src = eval_array(a.a, aenv)
     outer, m, k, rows = _rows(src)
     elt = a.type.elt
     if a.z is None and k == 0:
         raise ShapeError(f"{op}: the innermost dimension is empty (shape {src.shape})")
     if m == 0:
         return ArrayValue(outer, _empty(elt, outer))
-    fast = _lam_fast_op(a.f)
+    fast = scalar_binop(a.f, _UFUNCS)
     if fast is not None and k > 0:
         uf = _UFUNCS[fast]
         d = rows
@@ -497,23 +462,23 @@ def _a_fold(a: Fold, aenv):
         acc = _seed(a.z, m, aenv)
         start = 0
     else:
-        acc = _lmap(lambda d: d[:, 0], rows)
+        acc = leaf_map(lambda d: d[:, 0], rows)
         start = 1
     for j in range(start, k):
         acc = _run_lam(a.f, (acc, _take(rows, (slice(None), j))), m, aenv)
     acc = _fix(acc, elt, m)
-    return ArrayValue(outer, _lmap(lambda x: x.reshape(outer), acc))
+    return ArrayValue(outer, leaf_map(lambda x: x.reshape(outer), acc))
 
 
 def _a_scan(a: Scan, aenv):
-    src = _arr(a.a, aenv)
+    src = eval_array(a.a, aenv)
     outer, m, k, rows = _rows(src)
     elt = a.type.elt
     kout = k + 1 if a.z is not None else k
     shape = outer + (kout,)
     if m == 0 or kout == 0:
         return ArrayValue(shape, _empty(elt, shape))
-    fast = _lam_fast_op(a.f)
+    fast = scalar_binop(a.f, _UFUNCS)
     if fast is not None:
         uf = _UFUNCS[fast]
         d = rows
@@ -554,14 +519,14 @@ def _a_scan(a: Scan, aenv):
         for j in js:
             acc = _run_lam(a.f, (col(j), acc), m, aenv)
             put(j, acc)
-    return ArrayValue(shape, _lmap(lambda x: x.reshape(shape), out))
+    return ArrayValue(shape, leaf_map(lambda x: x.reshape(shape), out))
 
 
 def _a_permute(a: Permute, aenv):
-    dflt = _arr(a.defaults, aenv)
-    src = _arr(a.src, aenv)
+    dflt = eval_array(a.defaults, aenv)
+    src = eval_array(a.src, aenv)
     tshape = dflt.shape
-    out = _lmap(lambda d: d.reshape(-1).copy(), dflt.data)
+    out = leaf_map(lambda d: d.reshape(-1).copy(), dflt.data)
     n = _prod(src.shape)
     keep, target = _run_lam(a.f, (_all_indices(src.shape),), n, aenv)
     kidx = np.flatnonzero(keep)
@@ -569,13 +534,13 @@ def _a_permute(a: Permute, aenv):
         tix = tuple(t[kidx] for t in target)
         _check_bounds("permute (target index)", tix, tshape)
         lin = _linear(tix, tshape, kidx.size)
-        vals = _lmap(lambda d: d.reshape(-1)[kidx], src.data)
-        fast = _lam_fast_op(a.comb)
+        vals = leaf_map(lambda d: d.reshape(-1)[kidx], src.data)
+        fast = scalar_binop(a.comb, _UFUNCS)
         if fast is not None:
             _UFUNCS[fast].at(out, lin, vals)
         else:
             _permute_rounds(a.comb, out, lin, vals, aenv)
-    return ArrayValue(tshape, _lmap(lambda d: d.reshape(tshape), out))
+    return ArrayValue(tshape, leaf_map(lambda d: d.reshape(tshape), out))
 
 
 def _permute_rounds(comb: Lam, out, lin, vals, aenv):
@@ -606,24 +571,24 @@ def _permute_rounds(comb: Lam, out, lin, vals, aenv):
 
 def _a_backpermute(a: Backpermute, aenv):
     sh = _shape_exp(a.shape, aenv, "backpermute")
-    src = _arr(a.a, aenv)
+    src = eval_array(a.a, aenv)
     n = _prod(sh)
     ix = _run_lam(a.f, (_all_indices(sh),), n, aenv)
     v = _gather(src, ix, n, "backpermute (source index)")
-    return ArrayValue(sh, _lmap(lambda x: x.reshape(sh), v))
+    return ArrayValue(sh, leaf_map(lambda x: x.reshape(sh), v))
 
 
 def _a_reshape(a: Reshape, aenv):
     sh = _shape_exp(a.shape, aenv, "reshape")
-    src = _arr(a.a, aenv)
+    src = eval_array(a.a, aenv)
     if _prod(sh) != _prod(src.shape):
         raise ShapeError(f"reshape: cannot reshape an array of shape {src.shape} "
                          f"({_prod(src.shape)} elements) to shape {sh} ({_prod(sh)} elements)")
-    return ArrayValue(sh, _lmap(lambda d: d.reshape(sh), src.data))
+    return ArrayValue(sh, leaf_map(lambda d: d.reshape(sh), src.data))
 
 
 def _a_replicate(a: Replicate, aenv):
-    src = _arr(a.a, aenv)
+    src = eval_array(a.a, aenv)
     sizes = [None if s is None else _int_exp(s, aenv) for s in a.spec]
     if any(s is not None and s < 0 for s in sizes):
         raise ShapeError(f"replicate: negative size in specifier {tuple(sizes)}")
@@ -633,11 +598,11 @@ def _a_replicate(a: Replicate, aenv):
 
     def rep(d):
         return np.broadcast_to(d.reshape(expanded), shape).copy()
-    return ArrayValue(shape, _lmap(rep, src.data))
+    return ArrayValue(shape, leaf_map(rep, src.data))
 
 
 def _a_slice(a: Slice, aenv):
-    src = _arr(a.a, aenv)
+    src = eval_array(a.a, aenv)
     key = []
     for s, d in zip(a.spec, src.shape):
         if s is None:
@@ -651,22 +616,22 @@ def _a_slice(a: Slice, aenv):
             key.append(i)
     key = tuple(key)
     shape = tuple(d for s, d in zip(a.spec, src.shape) if s is None)
-    return ArrayValue(shape, _lmap(lambda d: np.asarray(d[key]).reshape(shape), src.data))
+    return ArrayValue(shape, leaf_map(lambda d: np.asarray(d[key]).reshape(shape), src.data))
 
 
 def _a_acond(a: Acond, aenv):
-    c = bool(_scalar_exp(a.c, aenv)[0])
-    return _arr(a.t if c else a.e, aenv)
+    c = bool(eval_scalar(a.c, aenv)[0])
+    return eval_array(a.t if c else a.e, aenv)
 
 
 def _apply_alam(lam: ALam, x, aenv):
     scope = dict(aenv)
     scope[lam.param.name] = x
-    return _arr(lam.body, scope)
+    return eval_array(lam.body, scope)
 
 
 def _a_awhile(a: Awhile, aenv):
-    x = _arr(a.init, aenv)
+    x = eval_array(a.init, aenv)
     while bool(_apply_alam(a.cond, x, aenv).data.reshape(())):
         x = _apply_alam(a.body, x, aenv)
     return x
@@ -683,12 +648,12 @@ _ARR = {
 # --------------------------------------------------------------------------- boundary
 
 
-def _input(v, t, what: str):
+def from_input(v, t, what: str):
     """Convert a caller's argument to an internal value of type ``t`` (always copying)."""
     if isinstance(t, ATupleT):
         if not isinstance(v, (tuple, list)) or len(v) != len(t.items):
             raise ShapeError(f"{what}: expected a tuple of {len(t.items)} arrays ({t!r})")
-        return tuple(_input(x, ti, f"{what}[{i}]") for i, (x, ti) in enumerate(zip(v, t.items)))
+        return tuple(from_input(x, ti, f"{what}[{i}]") for i, (x, ti) in enumerate(zip(v, t.items)))
     if not isinstance(t, ArrayT):
         raise ProgramTypeError(f"{what}: parameter of non-array type {t!r}")
 
@@ -712,7 +677,7 @@ def _input(v, t, what: str):
         return np.array(arr, dtype=s.dtype, copy=True, order="C")
 
     data = leaf(v, t.elt)
-    ls = _leaves(data)
+    ls = leaves(data)
     if ls:
         shape = ls[0].shape
         if any(x.shape != shape for x in ls):
@@ -723,11 +688,11 @@ def _input(v, t, what: str):
     return ArrayValue(shape, data)
 
 
-def _output(v):
+def to_output(v):
     """Convert an internal value to the API's plain arrays / nested tuples (copying)."""
     if isinstance(v, ArrayValue):
-        return _lmap(lambda d: np.array(d, copy=True, order="C"), v.data)
-    return tuple(_output(x) for x in v)
+        return leaf_map(lambda d: np.array(d, copy=True, order="C"), v.data)
+    return tuple(to_output(x) for x in v)
 
 
 def evaluate(program: Program, args) -> object:
@@ -742,10 +707,10 @@ def evaluate(program: Program, args) -> object:
     args = list(args)
     if len(args) != len(program.params):
         raise ShapeError(f"program takes {len(program.params)} arguments, got {len(args)}")
-    with _deep_recursion():
-        aenv = {p.name: _input(x, p.type, f"argument {i} ({p.name})")
+    with deep_recursion():
+        aenv = {p.name: from_input(x, p.type, f"argument {i} ({p.name})")
                 for i, (p, x) in enumerate(zip(program.params, args))}
-        return _output(_arr(program.body, aenv))
+        return to_output(eval_array(program.body, aenv))
 
 
 _COMPUTING = (Use, Unit, Generate, Map, ZipWith, Fold, Scan, Permute, Backpermute, Reshape,

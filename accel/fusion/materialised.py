@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from ..ast import nodes as N
 from ..ast.traverse import children, map_children
-from .kernels import KAcond, KAwhile, KBlock, KFold, KGenerate
+from ..simplify.rounds import tidy
+from .kernels import KBlock, KFold, KGenerate, map_blocks
 from .reductions import _dim, _expand, match_under
-from .simplify import tidy
 
 __all__ = ["read_materialised"]
 
@@ -31,12 +31,7 @@ def read_materialised(blk: KBlock) -> KBlock:
     docstring), in every nested block."""
     steps = []
     for s in blk.steps:
-        if isinstance(s, KAcond):
-            s = KAcond(s.outs, s.c, read_materialised(s.t), read_materialised(s.e))
-        elif isinstance(s, KAwhile):
-            s = KAwhile(s.outs, s.params, read_materialised(s.cond), read_materialised(s.body),
-                        s.init)
-        steps.append(s)
+        steps.append(map_blocks(s, read_materialised))
     for i, g in enumerate(steps):
         pattern = _pattern(g)
         if pattern is not None:

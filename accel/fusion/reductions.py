@@ -25,10 +25,11 @@ import functools
 from dataclasses import fields
 
 from ..ast import nodes as N
+from ..ast.alpha import alpha_eq
 from ..ast.traverse import children, free_vars, freshen, map_children, substitute, walk
 from ..ast.types import int64, shape_type
-from .kernels import KAcond, KAwhile, KBlock, KFold, KGenerate, KUse
-from .simplify import _alpha_eq, tidy
+from ..simplify.rounds import tidy
+from .kernels import KAcond, KAwhile, KBlock, KFold, KGenerate, KUse, map_blocks, sub_blocks
 
 __all__ = ["rewrite_reductions", "reuse_folds", "interchange_sums"]
 
@@ -40,12 +41,7 @@ def rewrite_reductions(blk: KBlock) -> KBlock:
     """:func:`interchange_sums`, then :func:`reuse_folds`, in every block."""
     steps = []
     for s in blk.steps:
-        if isinstance(s, KAcond):
-            s = KAcond(s.outs, s.c, rewrite_reductions(s.t), rewrite_reductions(s.e))
-        elif isinstance(s, KAwhile):
-            s = KAwhile(s.outs, s.params, rewrite_reductions(s.cond),
-                        rewrite_reductions(s.body), s.init)
-        steps.append(s)
+        steps.append(map_blocks(s, rewrite_reductions))
     return reuse_folds(interchange_sums(KBlock(tuple(steps), blk.result)))
 
 
@@ -149,7 +145,7 @@ def _reads(name: str, e) -> int:
 def _step_nodes(s) -> list:
     if isinstance(s, (KAcond, KAwhile)):
         out = [s.c] if isinstance(s, KAcond) else []
-        for b in ((s.t, s.e) if isinstance(s, KAcond) else (s.cond, s.body)):
+        for b in sub_blocks(s):
             out += [x for t in b.steps for x in _step_nodes(t)] + list(b.result)
         return out + list(getattr(s, "init", ()))
     if isinstance(s, KUse):
@@ -173,12 +169,8 @@ def _retarget(s, name: str, make):
                 return make(None)
             return map_children(x, go)
         return x
-    if isinstance(s, KAcond):
-        return KAcond(s.outs, tidy(go(s.c)), _retarget_block(s.t, name, make),
-                      _retarget_block(s.e, name, make))
-    if isinstance(s, KAwhile):
-        return KAwhile(s.outs, s.params, _retarget_block(s.cond, name, make),
-                       _retarget_block(s.body, name, make), s.init)
+    if isinstance(s, (KAcond, KAwhile)):
+        return map_blocks(s, lambda b: _retarget_block(b, name, make), lambda c: tidy(go(c)))
     if isinstance(s, KUse):
         return s
     return type(s)(**{f: tidy(go(v)) if isinstance(v, (N.Exp, N.Lam)) else v
@@ -238,7 +230,7 @@ def _reindex(a: KFold, b: KFold):
     """The outer index of fold ``a`` that fold ``b``'s element ``o`` is (a tuple of
     components of ``o``), or None: ``b``'s source must be ``a``'s with ``a``'s outer
     components renamed to ``b``'s, over equal dimensions and an equal inner length."""
-    if a.out.type.elt != b.out.type.elt or a.z != b.z or not _alpha_eq(a.f, b.f):
+    if a.out.type.elt != b.out.type.elt or a.z != b.z or not alpha_eq(a.f, b.f):
         return None
     if tidy(a.n) != tidy(b.n):
         return None
