@@ -14,6 +14,7 @@ from accel.ast import nodes as N
 from accel.ast.trees import tree_like
 from accel.ast.types import ArrayT
 from accel.backends import interpreter as I
+from accel.backends.interpreter_values import ArrayValue, from_input, to_output
 from accel.errors import ShapeError
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate,
                                   KPermute, KScan, KUse, count_loops, show_kernel_program)
@@ -38,7 +39,7 @@ def _step(s, aenv: dict):
             aenv[s.outs[0].name] = v
         else:
             for k, o in enumerate(s.outs):
-                aenv[o.name] = I.ArrayValue(v.shape, v.data[k])
+                aenv[o.name] = ArrayValue(v.shape, v.data[k])
     elif isinstance(s, (KFold, KScan)):
         elt = s.src.type
         src_var = N.Avar(N.fresh("k"), ArrayT(elt, len(s.shape.type.items) + 1))
@@ -87,10 +88,10 @@ def evaluate(kp: KernelProgram, args) -> object:
     if len(args) != len(kp.params):
         raise ShapeError(f"program takes {len(kp.params)} arguments, got {len(args)}")
     with I.deep_recursion():
-        aenv = {p.name: I.from_input(x, p.type, f"argument {i} ({p.name})")
+        aenv = {p.name: from_input(x, p.type, f"argument {i} ({p.name})")
                 for i, (p, x) in enumerate(zip(kp.params, args))}
         res = _run_block(kp.body, aenv)
-        return tree_like(kp.result_type, map(I.to_output, res))
+        return tree_like(kp.result_type, map(to_output, res))
 
 
 class Runner:

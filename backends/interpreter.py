@@ -36,110 +36,27 @@ Example::
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 
 import numpy as np
 
 from accel.ast import prims
-from accel.ast.nodes import (
-    Acond,
-    ALam,
-    Alet,
-    APrj,
-    Arr,
-    ATuple,
-    Avar,
-    Awhile,
-    Backpermute,
-    Cond,
-    Const,
-    Exp,
-    Fold,
-    Generate,
-    Index,
-    Lam,
-    Let,
-    Map,
-    Permute,
-    PrimApp,
-    Prj,
-    Program,
-    Replicate,
-    Reshape,
-    Scan,
-    Shape,
-    Slice,
-    Tuple,
-    Unit,
-    Use,
-    Var,
-    While,
-    ZipWith,
-)
+from accel.ast.nodes import (Acond, ALam, Alet, APrj, Arr, ATuple, Avar, Awhile, Backpermute, Cond,
+                             Const, Exp, Fold, Generate, Index, Lam, Let, Map, Permute, PrimApp,
+                             Prj, Program, Replicate, Reshape, Scan, Shape, Slice, Tuple, Unit, Use,
+                             Var, While, ZipWith)
 from accel.ast.patterns import scalar_binop
 from accel.ast.traverse import recursion_headroom
-from accel.ast.trees import leaf_map, leaf_map2, leaves
-from accel.ast.types import ArrayT, ATupleT, TupleT, scalar_of_dtype
+from accel.ast.trees import leaf_map, leaf_map2
+from accel.backends.interpreter_values import (ArrayValue, all_indices, check_bounds,
+                                               check_shape, empty_data, fix_lanes, flat_data,
+                                               from_input, gather, linear_positions, prod,
+                                               store_lanes, take_lanes, to_output)
 from accel.errors import OutOfBoundsError, ProgramTypeError, ShapeError
 
-__all__ = ["ArrayValue", "InterpreterBackend", "Runner", "evaluate", "make_runner", "prepare"]
+__all__ = ["InterpreterBackend", "Runner", "evaluate", "make_runner", "prepare"]
 
 _RECURSION_LIMIT = 20000
-
-
-# --------------------------------------------------------------------------- values
-
-
-class ArrayValue:
-    """An array during interpretation: its shape and its data (struct of arrays)."""
-
-    __slots__ = ("data", "shape")
-
-    def __init__(self, shape: tuple, data):
-        self.shape = tuple(int(s) for s in shape)
-        self.data = data
-
-    def __repr__(self) -> str:
-        return f"ArrayValue({self.shape}, {self.data!r})"
-
-
-def _fix(v, t, n: int):
-    """Coerce a lane value to the element type ``t``: every leaf an array of length ``n``."""
-    if isinstance(t, TupleT):
-        return tuple(_fix(x, ti, n) for x, ti in zip(v, t.items))
-    a = np.asarray(v)
-    if a.dtype != t.dtype:
-        a = a.astype(t.dtype)
-    if a.shape != (n,):
-        a = np.broadcast_to(a.reshape(-1) if a.size == 1 else a, (n,)).copy()
-    return a
-
-
-def _empty(t, shape: tuple):
-    """Uninitialised data of element type ``t`` and the given shape."""
-    if isinstance(t, TupleT):
-        return tuple(_empty(ti, shape) for ti in t.items)
-    return np.empty(shape, dtype=t.dtype)
-
-
-def _flat(av: ArrayValue):
-    """The data of ``av`` with every leaf flattened to 1-D (row-major)."""
-    return leaf_map(lambda x: x.reshape(-1), av.data)
-
-
-def _take(v, idx):
-    """Restrict a lane value to the lanes ``idx`` (any NumPy index applied to every leaf)."""
-    return leaf_map(lambda x: x[idx], v)
-
-
-def _store(out, key, v) -> None:
-    """``out[key] = v`` on every leaf."""
-    leaf_map2(lambda o, x: o.__setitem__(key, x), out, v)
-
-
-def _prod(shape) -> int:
-    return math.prod(int(s) for s in shape)
 
 
 # --------------------------------------------------------------------------- environments
@@ -173,7 +90,7 @@ class _Env:
         v = e.vals[name]
         for child in reversed(path):
             if child.sel is not None:
-                v = _take(v, child.sel)
+                v = take_lanes(v, child.sel)
             child.vals[name] = v
         return v
 
@@ -188,51 +105,6 @@ class _Env:
 
 
 _UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
-
-
-def _check_shape(op: str, sh: tuple) -> tuple:
-    if any(s < 0 for s in sh):
-        raise ShapeError(f"{op}: negative size in shape {sh}")
-    return sh
-
-
-def _check_bounds(op: str, ix: tuple, shape: tuple) -> None:
-    """Raise OutOfBoundsError if any lane of the index tuple ``ix`` is outside ``shape``."""
-    bad = None
-    for i, s in zip(ix, shape):
-        b = (i < 0) | (i >= s)
-        bad = b if bad is None else bad | b
-    if bad is not None and bad.any():
-        k = int(np.argmax(bad))
-        shown = tuple(int(i[k]) for i in ix)
-        if len(shown) == 1:
-            shown = f"({shown[0]},)"
-        raise OutOfBoundsError(f"{op}: index {shown} is out of bounds for shape {shape}")
-
-
-def _linear(ix: tuple, shape: tuple, n: int) -> np.ndarray:
-    """Row-major linear positions of the (in-bounds) index lanes ``ix``."""
-    lin = np.zeros(n, dtype=np.int64)
-    for i, s in zip(ix, shape):
-        lin = lin * s + i
-    return lin
-
-
-def _all_indices(shape: tuple) -> tuple:
-    """All indices of ``shape`` in row-major order, as a tuple of int64 lane arrays."""
-    n = _prod(shape)
-    if not shape:
-        return ()
-    if n == 0:
-        return tuple(np.zeros(0, dtype=np.int64) for _ in shape)
-    return tuple(np.asarray(i, dtype=np.int64) for i in np.unravel_index(np.arange(n), shape))
-
-
-def _gather(av: ArrayValue, ix: tuple, n: int, op: str):
-    """``av[ix]`` for index lanes ``ix`` (bounds-checked), as a lane value."""
-    _check_bounds(op, ix, av.shape)
-    lin = _linear(ix, av.shape, n)
-    return leaf_map(lambda x: x.reshape(-1)[lin], av.data)
 
 
 @contextmanager
@@ -276,13 +148,13 @@ def _e_prj(e: Prj, env):
 def _e_primapp(e: PrimApp, env):
     args = [_exp(a, env) for a in e.args]
     r = prims.PRIMS[e.op].impl(*args)
-    return _fix(r, e.type, env.n)
+    return fix_lanes(r, e.type, env.n)
 
 
 def _e_index(e: Index, env):
     av = env.aenv[e.array.name]
     ix = _exp(e.index, env)
-    return _gather(av, ix, env.n, f"index into array {e.array.name}")
+    return gather(av, ix, env.n, f"index into array {e.array.name}")
 
 
 def _e_shape(e: Shape, env):
@@ -307,8 +179,8 @@ def _e_cond(e: Cond, env):
         return _exp(e.e, env)
     ti = np.flatnonzero(c)
     ei = np.flatnonzero(~c)
-    tv = _fix(_exp(e.t, env.restrict(ti)), e.type, len(ti))
-    ev = _fix(_exp(e.e, env.restrict(ei)), e.type, len(ei))
+    tv = fix_lanes(_exp(e.t, env.restrict(ti)), e.type, len(ti))
+    ev = fix_lanes(_exp(e.e, env.restrict(ei)), e.type, len(ei))
     return _merge(env.n, ti, tv, ei, ev)
 
 
@@ -316,11 +188,11 @@ def _apply(lam: Lam, args, env: _Env):
     """Apply ``lam`` to lane values ``args`` (free variables looked up in ``env``)."""
     vals = {p.name: a for p, a in zip(lam.params, args)}
     scope = _Env(env.n, env.aenv, vals, env, None)
-    return _fix(_exp(lam.body, scope), lam.type, env.n)
+    return fix_lanes(_exp(lam.body, scope), lam.type, env.n)
 
 
 def _e_while(e: While, env):
-    state = _fix(_exp(e.init, env), e.type, env.n)
+    state = fix_lanes(_exp(e.init, env), e.type, env.n)
     result = leaf_map(np.copy, state)
     active = np.arange(env.n)  # lanes of env still looping
     cur = state  # the state of the active lanes
@@ -329,9 +201,9 @@ def _e_while(e: While, env):
         c = _apply(e.cond, (cur,), sub)
         if not c.all():
             done = ~c
-            _store(result, active[done], _take(cur, done))
+            store_lanes(result, active[done], take_lanes(cur, done))
             active = active[c]
-            cur = _take(cur, c)
+            cur = take_lanes(cur, c)
             if not active.size:
                 break
             sub = env.restrict(active)
@@ -348,7 +220,7 @@ _EXP = {
 def eval_scalar(e: Exp, aenv: dict):
     """Evaluate an array-level expression (one lane); returns a lane value of length 1."""
     env = _Env(1, aenv)
-    return _fix(_exp(e, env), e.type, 1)
+    return fix_lanes(_exp(e, env), e.type, 1)
 
 
 def _int_exp(e: Exp, aenv: dict) -> int:
@@ -356,7 +228,7 @@ def _int_exp(e: Exp, aenv: dict) -> int:
 
 
 def _shape_exp(e: Exp, aenv: dict, op: str) -> tuple:
-    return _check_shape(op, tuple(int(x[0]) for x in eval_scalar(e, aenv)))
+    return check_shape(op, tuple(int(x[0]) for x in eval_scalar(e, aenv)))
 
 
 # --------------------------------------------------------------------------- arrays
@@ -406,15 +278,15 @@ def _run_lam(lam: Lam, args, n: int, aenv: dict):
 
 def _a_generate(a: Generate, aenv):
     sh = _shape_exp(a.shape, aenv, "generate")
-    n = _prod(sh)
-    v = _run_lam(a.f, (_all_indices(sh),), n, aenv)
+    n = prod(sh)
+    v = _run_lam(a.f, (all_indices(sh),), n, aenv)
     return ArrayValue(sh, leaf_map(lambda x: x.reshape(sh), v))
 
 
 def _a_map(a: Map, aenv):
     src = eval_array(a.a, aenv)
-    n = _prod(src.shape)
-    v = _run_lam(a.f, (_flat(src),), n, aenv)
+    n = prod(src.shape)
+    v = _run_lam(a.f, (flat_data(src),), n, aenv)
     return ArrayValue(src.shape, leaf_map(lambda x: x.reshape(src.shape), v))
 
 
@@ -424,14 +296,14 @@ def _a_zipwith(a: ZipWith, aenv):
     cut = tuple(slice(0, s) for s in sh)
     xs = leaf_map(lambda d: d[cut].reshape(-1), x.data)
     ys = leaf_map(lambda d: d[cut].reshape(-1), y.data)
-    v = _run_lam(a.f, (xs, ys), _prod(sh), aenv)
+    v = _run_lam(a.f, (xs, ys), prod(sh), aenv)
     return ArrayValue(sh, leaf_map(lambda d: d.reshape(sh), v))
 
 
 def _rows(av: ArrayValue):
     """(outer shape, rows m, inner length k, data with leaves reshaped to (m, k))."""
     outer, k = av.shape[:-1], av.shape[-1]
-    m = _prod(outer)
+    m = prod(outer)
     return outer, m, k, leaf_map(lambda d: d.reshape(m, k), av.data)
 
 
@@ -449,7 +321,7 @@ def _a_fold(a: Fold, aenv):
     if a.z is None and k == 0:
         raise ShapeError(f"{op}: the innermost dimension is empty (shape {src.shape})")
     if m == 0:
-        return ArrayValue(outer, _empty(elt, outer))
+        return ArrayValue(outer, empty_data(elt, outer))
     fast = scalar_binop(a.f, _UFUNCS)
     if fast is not None and k > 0:
         uf = _UFUNCS[fast]
@@ -465,8 +337,8 @@ def _a_fold(a: Fold, aenv):
         acc = leaf_map(lambda d: d[:, 0], rows)
         start = 1
     for j in range(start, k):
-        acc = _run_lam(a.f, (acc, _take(rows, (slice(None), j))), m, aenv)
-    acc = _fix(acc, elt, m)
+        acc = _run_lam(a.f, (acc, take_lanes(rows, (slice(None), j))), m, aenv)
+    acc = fix_lanes(acc, elt, m)
     return ArrayValue(outer, leaf_map(lambda x: x.reshape(outer), acc))
 
 
@@ -477,7 +349,7 @@ def _a_scan(a: Scan, aenv):
     kout = k + 1 if a.z is not None else k
     shape = outer + (kout,)
     if m == 0 or kout == 0:
-        return ArrayValue(shape, _empty(elt, shape))
+        return ArrayValue(shape, empty_data(elt, shape))
     fast = scalar_binop(a.f, _UFUNCS)
     if fast is not None:
         uf = _UFUNCS[fast]
@@ -490,13 +362,13 @@ def _a_scan(a: Scan, aenv):
         if not a.left:
             out = out[:, ::-1]
         return ArrayValue(shape, np.ascontiguousarray(out).reshape(shape))
-    out = _empty(elt, (m, kout))
+    out = empty_data(elt, (m, kout))
 
     def put(j, v):
-        _store(out, (slice(None), j), v)
+        store_lanes(out, (slice(None), j), v)
 
     def col(j):
-        return _take(rows, (slice(None), j))
+        return take_lanes(rows, (slice(None), j))
 
     if a.left:
         if a.z is not None:
@@ -527,13 +399,13 @@ def _a_permute(a: Permute, aenv):
     src = eval_array(a.src, aenv)
     tshape = dflt.shape
     out = leaf_map(lambda d: d.reshape(-1).copy(), dflt.data)
-    n = _prod(src.shape)
-    keep, target = _run_lam(a.f, (_all_indices(src.shape),), n, aenv)
+    n = prod(src.shape)
+    keep, target = _run_lam(a.f, (all_indices(src.shape),), n, aenv)
     kidx = np.flatnonzero(keep)
     if kidx.size:
         tix = tuple(t[kidx] for t in target)
-        _check_bounds("permute (target index)", tix, tshape)
-        lin = _linear(tix, tshape, kidx.size)
+        check_bounds("permute (target index)", tix, tshape)
+        lin = linear_positions(tix, tshape, kidx.size)
         vals = leaf_map(lambda d: d.reshape(-1)[kidx], src.data)
         fast = scalar_binop(a.comb, _UFUNCS)
         if fast is not None:
@@ -565,25 +437,25 @@ def _permute_rounds(comb: Lam, out, lin, vals, aenv):
         sel = by_round[lo:lo + c]
         lo += c
         t = lin[sel]
-        new = _run_lam(comb, (_take(vals, sel), _take(out, t)), len(sel), aenv)
-        _store(out, t, new)
+        new = _run_lam(comb, (take_lanes(vals, sel), take_lanes(out, t)), len(sel), aenv)
+        store_lanes(out, t, new)
 
 
 def _a_backpermute(a: Backpermute, aenv):
     sh = _shape_exp(a.shape, aenv, "backpermute")
     src = eval_array(a.a, aenv)
-    n = _prod(sh)
-    ix = _run_lam(a.f, (_all_indices(sh),), n, aenv)
-    v = _gather(src, ix, n, "backpermute (source index)")
+    n = prod(sh)
+    ix = _run_lam(a.f, (all_indices(sh),), n, aenv)
+    v = gather(src, ix, n, "backpermute (source index)")
     return ArrayValue(sh, leaf_map(lambda x: x.reshape(sh), v))
 
 
 def _a_reshape(a: Reshape, aenv):
     sh = _shape_exp(a.shape, aenv, "reshape")
     src = eval_array(a.a, aenv)
-    if _prod(sh) != _prod(src.shape):
+    if prod(sh) != prod(src.shape):
         raise ShapeError(f"reshape: cannot reshape an array of shape {src.shape} "
-                         f"({_prod(src.shape)} elements) to shape {sh} ({_prod(sh)} elements)")
+                         f"({prod(src.shape)} elements) to shape {sh} ({prod(sh)} elements)")
     return ArrayValue(sh, leaf_map(lambda d: d.reshape(sh), src.data))
 
 
@@ -643,56 +515,6 @@ _ARR = {
     Scan: _a_scan, Permute: _a_permute, Backpermute: _a_backpermute, Reshape: _a_reshape,
     Replicate: _a_replicate, Slice: _a_slice, Acond: _a_acond, Awhile: _a_awhile,
 }
-
-
-# --------------------------------------------------------------------------- boundary
-
-
-def from_input(v, t, what: str):
-    """Convert a caller's argument to an internal value of type ``t`` (always copying)."""
-    if isinstance(t, ATupleT):
-        if not isinstance(v, (tuple, list)) or len(v) != len(t.items):
-            raise ShapeError(f"{what}: expected a tuple of {len(t.items)} arrays ({t!r})")
-        return tuple(from_input(x, ti, f"{what}[{i}]") for i, (x, ti) in enumerate(zip(v, t.items)))
-    if not isinstance(t, ArrayT):
-        raise ProgramTypeError(f"{what}: parameter of non-array type {t!r}")
-
-    def leaf(x, s):
-        if isinstance(s, TupleT):
-            if not isinstance(x, (tuple, list)) or len(x) != len(s.items):
-                raise ShapeError(f"{what}: expected a tuple of {len(s.items)} component arrays "
-                                 f"for elements of type {s!r}")
-            return tuple(leaf(xi, si) for xi, si in zip(x, s.items))
-        arr = np.asarray(x)
-        if arr.dtype != s.dtype:
-            try:
-                scalar_of_dtype(arr.dtype)
-                ok = np.can_cast(arr.dtype, s.dtype, "same_kind")
-            except KeyError:
-                ok = False
-            if not ok:
-                raise ProgramTypeError(f"{what}: expected an array of {s!r}, got {arr.dtype}")
-        if arr.ndim != t.rank:
-            raise ShapeError(f"{what}: expected an array of rank {t.rank}, got shape {arr.shape}")
-        return np.array(arr, dtype=s.dtype, copy=True, order="C")
-
-    data = leaf(v, t.elt)
-    ls = leaves(data)
-    if ls:
-        shape = ls[0].shape
-        if any(x.shape != shape for x in ls):
-            raise ShapeError(f"{what}: component arrays of different shapes "
-                             f"{[x.shape for x in ls]}")
-    else:
-        shape = (0,) * t.rank  # an array of unit elements carries no data
-    return ArrayValue(shape, data)
-
-
-def to_output(v):
-    """Convert an internal value to the API's plain arrays / nested tuples (copying)."""
-    if isinstance(v, ArrayValue):
-        return leaf_map(lambda d: np.array(d, copy=True, order="C"), v.data)
-    return tuple(to_output(x) for x in v)
 
 
 def evaluate(program: Program, args) -> object:

@@ -49,7 +49,7 @@ def rewrite_reductions(blk: KBlock) -> KBlock:
 
 
 @functools.lru_cache(maxsize=512)
-def _expand(e: N.Exp):
+def expand(e: N.Exp):
     """``e`` with every let inlined and projections of tuples taken, or None when that
     makes it bigger than :data:`MAX_NODES` (only ever compared or re-tidied, so the
     duplicated subterms cost nothing at run time)."""
@@ -91,7 +91,8 @@ def _expand1(e):
     return e
 
 
-def _dim(sh: N.Exp, k: int) -> N.Exp:
+def dim(sh: N.Exp, k: int) -> N.Exp:
+    """Dimension ``k`` of the shape expression ``sh``, tidied (comparable with ``==``)."""
     return tidy(N.Prj(k, sh))
 
 
@@ -234,7 +235,7 @@ def _reindex(a: KFold, b: KFold):
         return None
     if tidy(a.n) != tidy(b.n):
         return None
-    pa, pb = _expand(a.src.body), _expand(b.src.body)
+    pa, pb = expand(a.src.body), expand(b.src.body)
     if pa is None or pb is None:
         return None
     ia, ib = a.src.params[0], b.src.params[0]
@@ -242,7 +243,7 @@ def _reindex(a: KFold, b: KFold):
     env: dict = {}
     if not _match(pa, pb, ia, ra, ib, rb, env) or set(env) != set(range(ra)):
         return None
-    if any(_dim(a.shape, k) != _dim(b.shape, m) for k, m in env.items()):
+    if any(dim(a.shape, k) != dim(b.shape, m) for k, m in env.items()):
         return None
     return tuple(env[k] for k in range(ra))
 
@@ -359,9 +360,9 @@ def _plan(b: KFold, term: tuple, steps: list, i: int, result) -> tuple | None:
     if len(q) != 1 or read.index.items[q[0]] != N.Prj(rb, ib):
         return None
     q = q[0]
-    if _dim(a.shape, q) != tidy(b.n):
+    if dim(a.shape, q) != tidy(b.n):
         return None
-    body = _expand(a.src.body)
+    body = expand(a.src.body)
     if body is None:
         return None
     ia = a.src.params[0]
@@ -380,7 +381,7 @@ def _plan(b: KFold, term: tuple, steps: list, i: int, result) -> tuple | None:
     m_used = any(ra in _uses(ia, f) for f in h)
     ty = b.z.type
     # T over (A's dims in ``used``) ++ (A's inner length, if H reads it), summing over j
-    tdims = [_dim(a.shape, k) for k in used] + ([tidy(a.n)] if m_used else [])
+    tdims = [dim(a.shape, k) for k in used] + ([tidy(a.n)] if m_used else [])
     rt = len(tdims)
     t_ix = N.Var(N.fresh("t"), shape_type(rt + 1))
     parts = [None] * (ra + 1)
@@ -394,7 +395,7 @@ def _plan(b: KFold, term: tuple, steps: list, i: int, result) -> tuple | None:
     t_step = KFold(t_out, tidy(N.Tuple(tuple(tdims))), tidy(b.n), freshen(a.f), a.z,
                    N.Lam((t_ix,), tidy(t_body)))
     # S over A's outer dims without q, summing over A's inner index m
-    sdims = [_dim(a.shape, k) for k in range(ra) if k != q]
+    sdims = [dim(a.shape, k) for k in range(ra) if k != q]
     s_ix = N.Var(N.fresh("s"), shape_type(ra))
     sparts = [None] * (ra + 1)
     for pos, k in enumerate(k for k in range(ra) if k != q):
@@ -420,7 +421,7 @@ def interchange_sums(blk: KBlock) -> KBlock:
     i = 0
     while i < len(steps):
         b = steps[i]
-        body = _expand(b.src.body) if _is_sum(b) else None
+        body = expand(b.src.body) if _is_sum(b) else None
         if body is None:
             i += 1
             continue
