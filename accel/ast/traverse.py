@@ -110,7 +110,6 @@ def subterms(n) -> list:
     return out
 
 
-
 def child_fields(n: Node):
     """The names of the fields of ``n`` that hold nodes (or tuples of optional nodes)."""
     return [f.name for f in fields(n) if f.compare and f.name != "ty"]

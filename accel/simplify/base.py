@@ -20,9 +20,9 @@ RECURSION_LIMIT = 100_000
 
 @contextlib.contextmanager
 def deep():
+    """Recursion headroom and quiet NumPy (constant folding may overflow, as IEEE says)."""
     with recursion_headroom(RECURSION_LIMIT), np.errstate(all="ignore"):
         yield
-
 
 
 def trivial(e) -> bool:
@@ -35,17 +35,21 @@ def trivial(e) -> bool:
 
 
 def wrap_lets(binds: list, body, make):
+    """``body`` under the bindings ``[(var, term), ...]``, outermost first (``make`` is
+    ``Let`` or ``Alet``)."""
     for v, b in reversed(binds):
         body = make(v, b, body)
     return body
 
 
 def fresh_like(v, ty=None):
+    """A fresh variable named like ``v`` (of type ``ty``, else ``v``'s)."""
     base = v.name.rstrip("0123456789") or "v"
     return type(v)(fresh(base), v.ty if ty is None else ty)
 
 
 def is_param(e, lam: Lam, k: int) -> bool:
+    """``e`` is parameter ``k`` of ``lam``."""
     return type(e) is Var and e.name == lam.params[k].name
 
 

@@ -64,6 +64,3 @@ class DeadCode:
 def eliminate_dead_code(prog: Program) -> Program:
     """Drop unused ``Let``/``Alet`` bindings (whole dead chains in one pass)."""
     return DeadCode(prog).go(prog)
-
-
-# --------------------------------------------------------------------------- CSE / ANF

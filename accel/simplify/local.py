@@ -122,7 +122,7 @@ RULES = {**EXP_RULES, **ARRAY_RULES}
 
 @simplifier_pass
 def fold_constants(prog: Program) -> Program:
-    """Constant folding and exact algebraic identities (see the module docstring).
+    """Constant folding and exact algebraic identities (see ``rules`` and ``array_rules``).
 
     ``2.0 * 3.0`` becomes ``6.0``, ``x * 1.0`` becomes ``x``, ``if True then a else b``
     becomes ``a``; ``x + 0.0`` stays (it is not ``x`` when ``x`` is ``-0.0``).
@@ -130,12 +130,9 @@ def fold_constants(prog: Program) -> Program:
     return Local(fold=True, project=False, zeros=False).run(prog)
 
 
-# --------------------------------------------------------------------------- tuples
-
-
 @simplifier_pass
 def eliminate_zeros(prog: Program, adjoint_zeros: bool = False) -> Program:
-    """Remove identity maps and zero contributions (see the module docstring).
+    """Remove identity maps and zero contributions (see ``rules`` and ``array_rules``).
 
     ``ZipWith (+) a (Generate (shape a) (\\_ -> 0))`` becomes ``a`` for integers, and
     for floats when ``adjoint_zeros`` (after AD: ``x + 0.0`` only loses the sign of a

@@ -59,6 +59,3 @@ def one_round(term, cse, local: Local, extra: tuple = ()):
     term = dce.go(term)
     done.append(dce)
     return term, any(x.changes for x in done)
-
-
-# --------------------------------------------------------------------------- driver

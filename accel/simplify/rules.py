@@ -36,7 +36,6 @@ def is_zero(e, sign: int = 0) -> bool:
     return True
 
 
-
 def is_one(e) -> bool:
     return type(e) is Const and e.ty != bool_ and e.value == 1
 
@@ -51,7 +50,6 @@ def _fold_prim(e: PrimApp):
         return Const(r[0], e.type)
     except Exception:  # an implementation that cannot fold: leave the term alone
         return None
-
 
 
 def _push_prj(self: Local, n, make_prj, let_t, cond_t):

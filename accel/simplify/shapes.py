@@ -43,7 +43,6 @@ def cheap_closed(e, budget: int = 8) -> bool:
     return True
 
 
-
 def default_dims(a: Avar) -> tuple:
     sh = Shape(a)
     return tuple([Prj(k, sh) for k in range(a.type.rank)])

@@ -24,7 +24,6 @@ from .uses import Uses, element_path
 SPLIT_COST = 4
 
 
-
 class ElementSplit:
     """Split a let-bound array of tuples that is read only through projecting maps
     (``Map (\\x -> x.0.1) a``, and ``shape a``) into one array per projected component.

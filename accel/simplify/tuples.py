@@ -109,8 +109,6 @@ class TupleSplit:
         return wrap_lets(binds, body, t)
 
 
-
-
 @simplifier_pass
 def project_tuples(prog: Program) -> Program:
     """Projections of tuples (both levels), pushed through lets and conditionals;

@@ -86,6 +86,3 @@ def element_path(f: Lam):
     if path and is_param(body, f, 0):
         return tuple(reversed(path))
     return None
-
-
-# --------------------------------------------------------------------------- inlining
