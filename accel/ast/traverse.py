@@ -195,9 +195,9 @@ def _free_vars1(n: Node) -> frozenset:
     return fv
 
 
-def _rename_var(v, prefix=None):
-    name = fresh(prefix or v.name.rstrip("0123456789") or "v")
-    return type(v)(name, v.ty)
+def fresh_like(v, ty=None):
+    """A fresh variable named like ``v`` (of type ``ty``, else ``v``'s)."""
+    return type(v)(fresh(v.name.rstrip("0123456789") or "v"), v.ty if ty is None else ty)
 
 
 def substitute(n: Node, env: dict) -> Node:
@@ -217,7 +217,7 @@ def substitute(n: Node, env: dict) -> Node:
             danger |= free_vars(v)
         clash = [b for b in bs if b.name in danger]
         if clash:
-            ren = {b.name: _rename_var(b) for b in clash}
+            ren = {b.name: fresh_like(b) for b in clash}
             n = _rebind(n, ren)
             env = dict(env)
     if isinstance(n, (Let, Alet)):
@@ -248,10 +248,10 @@ def freshen(n: Node) -> Node:
             return env.get(n.name, n)
         bs = binders(n)
         if isinstance(n, (Let, Alet)):
-            nv = _rename_var(n.var)
+            nv = fresh_like(n.var)
             return type(n)(nv, go(n.bound, env), go(n.body, {**env, n.var.name: nv}))
         if bs:
-            new = {b.name: _rename_var(b) for b in bs}
+            new = {b.name: fresh_like(b) for b in bs}
             env2 = {**env, **new}
             if isinstance(n, Lam):
                 return Lam(tuple(new[p.name] for p in n.params), go(n.body, env2))

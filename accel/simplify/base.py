@@ -11,7 +11,7 @@ import contextlib
 
 import numpy as np
 
-from ..ast.nodes import Avar, Const, Lam, Prj, Shape, Tuple, Var, fresh
+from ..ast.nodes import Avar, Const, Lam, Prj, Shape, Tuple, Var
 from ..ast.traverse import recursion_headroom
 
 #: Let chains of thousands of bindings recurse this deep in the passes that are not iterative.
@@ -40,12 +40,6 @@ def wrap_lets(binds: list, body, make):
     for v, b in reversed(binds):
         body = make(v, b, body)
     return body
-
-
-def fresh_like(v, ty=None):
-    """A fresh variable named like ``v`` (of type ``ty``, else ``v``'s)."""
-    base = v.name.rstrip("0123456789") or "v"
-    return type(v)(fresh(base), v.ty if ty is None else ty)
 
 
 def is_param(e, lam: Lam, k: int) -> bool:

@@ -8,8 +8,8 @@ are per binder, and moving a term never captures a variable.
 from __future__ import annotations
 
 from ..ast.nodes import ALam, Alet, Avar, Const, Lam, Let, Program, Use, Var
-from ..ast.traverse import LEAVES, binders, rebuild, subterms, with_fields
-from .base import deep, fresh_like, wrap_lets
+from ..ast.traverse import LEAVES, binders, fresh_like, rebuild, subterms, with_fields
+from .base import deep, wrap_lets
 
 
 def simplifier_pass(fn):

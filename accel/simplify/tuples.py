@@ -9,8 +9,8 @@ term is duplicated except trivial ones.
 from __future__ import annotations
 
 from ..ast.nodes import Acond, Alet, APrj, ATuple, Avar, Cond, Let, Prj, Program, Tuple, Var, fresh
-from ..ast.traverse import LEAVES, rebuild, with_fields
-from .base import fresh_like, trivial, wrap_lets
+from ..ast.traverse import LEAVES, fresh_like, rebuild, with_fields
+from .base import trivial, wrap_lets
 from .local import Local
 from .rename import simplifier_pass
 from .uses import Uses
