@@ -28,7 +28,7 @@ BACKENDS = {"interpreter": "accel.backends.interpreter", "fused": "accel.backend
             "cpu": "accel.backends.cpu", "cuda": "accel.backends.cuda"}
 
 def _simplify(prog):
-    from .fusion.simplify import simplify
+    from .simplify.driver import simplify
     return simplify(prog)
 
 

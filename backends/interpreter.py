@@ -36,127 +36,27 @@ Example::
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 
 import numpy as np
 
 from accel.ast import prims
-from accel.ast.nodes import (
-    Acond,
-    ALam,
-    Alet,
-    APrj,
-    Arr,
-    ATuple,
-    Avar,
-    Awhile,
-    Backpermute,
-    Cond,
-    Const,
-    Exp,
-    Fold,
-    Generate,
-    Index,
-    Lam,
-    Let,
-    Map,
-    Permute,
-    PrimApp,
-    Prj,
-    Program,
-    Replicate,
-    Reshape,
-    Scan,
-    Shape,
-    Slice,
-    Tuple,
-    Unit,
-    Use,
-    Var,
-    While,
-    ZipWith,
-)
+from accel.ast.nodes import (Acond, ALam, Alet, APrj, Arr, ATuple, Avar, Awhile, Backpermute, Cond,
+                             Const, Exp, Fold, Generate, Index, Lam, Let, Map, Permute, PrimApp,
+                             Prj, Program, Replicate, Reshape, Scan, Shape, Slice, Tuple, Unit, Use,
+                             Var, While, ZipWith)
+from accel.ast.patterns import scalar_binop
 from accel.ast.traverse import recursion_headroom
-from accel.ast.types import ArrayT, ATupleT, Scalar, TupleT, scalar_of_dtype
+from accel.ast.trees import leaf_map, leaf_map2
+from accel.backends.interpreter_values import (ArrayValue, all_indices, check_bounds,
+                                               check_shape, empty_data, fix_lanes, flat_data,
+                                               from_input, gather, linear_positions, prod,
+                                               store_lanes, take_lanes, to_output)
 from accel.errors import OutOfBoundsError, ProgramTypeError, ShapeError
 
-__all__ = ["ArrayValue", "InterpreterBackend", "Runner", "evaluate", "make_runner", "prepare"]
+__all__ = ["InterpreterBackend", "Runner", "evaluate", "make_runner", "prepare"]
 
 _RECURSION_LIMIT = 20000
-
-
-# --------------------------------------------------------------------------- values
-
-
-class ArrayValue:
-    """An array during interpretation: its shape and its data (struct of arrays)."""
-
-    __slots__ = ("data", "shape")
-
-    def __init__(self, shape: tuple, data):
-        self.shape = tuple(int(s) for s in shape)
-        self.data = data
-
-    def __repr__(self) -> str:
-        return f"ArrayValue({self.shape}, {self.data!r})"
-
-
-def _lmap(f, v):
-    """Apply ``f`` to every leaf of a nested tuple of arrays."""
-    if isinstance(v, tuple):
-        return tuple(_lmap(f, x) for x in v)
-    return f(v)
-
-
-def _lmap2(f, v, w):
-    if isinstance(v, tuple):
-        return tuple(_lmap2(f, x, y) for x, y in zip(v, w))
-    return f(v, w)
-
-
-def _leaves(v) -> list:
-    if isinstance(v, tuple):
-        return [x for item in v for x in _leaves(item)]
-    return [v]
-
-
-def _fix(v, t, n: int):
-    """Coerce a lane value to the element type ``t``: every leaf an array of length ``n``."""
-    if isinstance(t, TupleT):
-        return tuple(_fix(x, ti, n) for x, ti in zip(v, t.items))
-    a = np.asarray(v)
-    if a.dtype != t.dtype:
-        a = a.astype(t.dtype)
-    if a.shape != (n,):
-        a = np.broadcast_to(a.reshape(-1) if a.size == 1 else a, (n,)).copy()
-    return a
-
-
-def _empty(t, shape: tuple):
-    """Uninitialised data of element type ``t`` and the given shape."""
-    if isinstance(t, TupleT):
-        return tuple(_empty(ti, shape) for ti in t.items)
-    return np.empty(shape, dtype=t.dtype)
-
-
-def _flat(av: ArrayValue):
-    """The data of ``av`` with every leaf flattened to 1-D (row-major)."""
-    return _lmap(lambda x: x.reshape(-1), av.data)
-
-
-def _take(v, idx):
-    """Restrict a lane value to the lanes ``idx`` (any NumPy index applied to every leaf)."""
-    return _lmap(lambda x: x[idx], v)
-
-
-def _store(out, key, v) -> None:
-    """``out[key] = v`` on every leaf."""
-    _lmap2(lambda o, x: o.__setitem__(key, x), out, v)
-
-
-def _prod(shape) -> int:
-    return math.prod(int(s) for s in shape)
 
 
 # --------------------------------------------------------------------------- environments
@@ -190,7 +90,7 @@ class _Env:
         v = e.vals[name]
         for child in reversed(path):
             if child.sel is not None:
-                v = _take(v, child.sel)
+                v = take_lanes(v, child.sel)
             child.vals[name] = v
         return v
 
@@ -204,74 +104,11 @@ class _Env:
 # --------------------------------------------------------------------------- helpers
 
 
-def _lam_fast_op(lam: Lam):
-    """``'add'``/``'mul'``/``'max'``/``'min'`` if ``lam`` is ``\\x y -> op x y`` (either
-    order) on a scalar type, else None."""
-    if len(lam.params) != 2 or not isinstance(lam.type, Scalar):
-        return None
-    b = lam.body
-    if not (isinstance(b, PrimApp) and b.op in ("add", "mul", "max", "min")):
-        return None
-    if not all(isinstance(a, Var) for a in b.args):
-        return None
-    p, q = (x.name for x in lam.params)
-    if p == q:
-        return None
-    if {a.name for a in b.args} == {p, q}:
-        return b.op
-    return None
-
-
 _UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
-def _check_shape(op: str, sh: tuple) -> tuple:
-    if any(s < 0 for s in sh):
-        raise ShapeError(f"{op}: negative size in shape {sh}")
-    return sh
-
-
-def _check_bounds(op: str, ix: tuple, shape: tuple) -> None:
-    """Raise OutOfBoundsError if any lane of the index tuple ``ix`` is outside ``shape``."""
-    bad = None
-    for i, s in zip(ix, shape):
-        b = (i < 0) | (i >= s)
-        bad = b if bad is None else bad | b
-    if bad is not None and bad.any():
-        k = int(np.argmax(bad))
-        shown = tuple(int(i[k]) for i in ix)
-        if len(shown) == 1:
-            shown = f"({shown[0]},)"
-        raise OutOfBoundsError(f"{op}: index {shown} is out of bounds for shape {shape}")
-
-
-def _linear(ix: tuple, shape: tuple, n: int) -> np.ndarray:
-    """Row-major linear positions of the (in-bounds) index lanes ``ix``."""
-    lin = np.zeros(n, dtype=np.int64)
-    for i, s in zip(ix, shape):
-        lin = lin * s + i
-    return lin
-
-
-def _all_indices(shape: tuple) -> tuple:
-    """All indices of ``shape`` in row-major order, as a tuple of int64 lane arrays."""
-    n = _prod(shape)
-    if not shape:
-        return ()
-    if n == 0:
-        return tuple(np.zeros(0, dtype=np.int64) for _ in shape)
-    return tuple(np.asarray(i, dtype=np.int64) for i in np.unravel_index(np.arange(n), shape))
-
-
-def _gather(av: ArrayValue, ix: tuple, n: int, op: str):
-    """``av[ix]`` for index lanes ``ix`` (bounds-checked), as a lane value."""
-    _check_bounds(op, ix, av.shape)
-    lin = _linear(ix, av.shape, n)
-    return _lmap(lambda x: x.reshape(-1)[lin], av.data)
-
-
 @contextmanager
-def _deep_recursion():
+def deep_recursion():
     with recursion_headroom(_RECURSION_LIMIT), np.errstate(all="ignore"):
         yield
 
@@ -311,13 +148,13 @@ def _e_prj(e: Prj, env):
 def _e_primapp(e: PrimApp, env):
     args = [_exp(a, env) for a in e.args]
     r = prims.PRIMS[e.op].impl(*args)
-    return _fix(r, e.type, env.n)
+    return fix_lanes(r, e.type, env.n)
 
 
 def _e_index(e: Index, env):
     av = env.aenv[e.array.name]
     ix = _exp(e.index, env)
-    return _gather(av, ix, env.n, f"index into array {e.array.name}")
+    return gather(av, ix, env.n, f"index into array {e.array.name}")
 
 
 def _e_shape(e: Shape, env):
@@ -331,7 +168,7 @@ def _merge(n, ti, tv, ei, ev):
         out[ti] = a
         out[ei] = b
         return out
-    return _lmap2(m, tv, ev)
+    return leaf_map2(m, tv, ev)
 
 
 def _e_cond(e: Cond, env):
@@ -342,8 +179,8 @@ def _e_cond(e: Cond, env):
         return _exp(e.e, env)
     ti = np.flatnonzero(c)
     ei = np.flatnonzero(~c)
-    tv = _fix(_exp(e.t, env.restrict(ti)), e.type, len(ti))
-    ev = _fix(_exp(e.e, env.restrict(ei)), e.type, len(ei))
+    tv = fix_lanes(_exp(e.t, env.restrict(ti)), e.type, len(ti))
+    ev = fix_lanes(_exp(e.e, env.restrict(ei)), e.type, len(ei))
     return _merge(env.n, ti, tv, ei, ev)
 
 
@@ -351,12 +188,12 @@ def _apply(lam: Lam, args, env: _Env):
     """Apply ``lam`` to lane values ``args`` (free variables looked up in ``env``)."""
     vals = {p.name: a for p, a in zip(lam.params, args)}
     scope = _Env(env.n, env.aenv, vals, env, None)
-    return _fix(_exp(lam.body, scope), lam.type, env.n)
+    return fix_lanes(_exp(lam.body, scope), lam.type, env.n)
 
 
 def _e_while(e: While, env):
-    state = _fix(_exp(e.init, env), e.type, env.n)
-    result = _lmap(np.copy, state)
+    state = fix_lanes(_exp(e.init, env), e.type, env.n)
+    result = leaf_map(np.copy, state)
     active = np.arange(env.n)  # lanes of env still looping
     cur = state  # the state of the active lanes
     while active.size:
@@ -364,9 +201,9 @@ def _e_while(e: While, env):
         c = _apply(e.cond, (cur,), sub)
         if not c.all():
             done = ~c
-            _store(result, active[done], _take(cur, done))
+            store_lanes(result, active[done], take_lanes(cur, done))
             active = active[c]
-            cur = _take(cur, c)
+            cur = take_lanes(cur, c)
             if not active.size:
                 break
             sub = env.restrict(active)
@@ -380,24 +217,24 @@ _EXP = {
 }
 
 
-def _scalar_exp(e: Exp, aenv: dict):
+def eval_scalar(e: Exp, aenv: dict):
     """Evaluate an array-level expression (one lane); returns a lane value of length 1."""
     env = _Env(1, aenv)
-    return _fix(_exp(e, env), e.type, 1)
+    return fix_lanes(_exp(e, env), e.type, 1)
 
 
 def _int_exp(e: Exp, aenv: dict) -> int:
-    return int(_scalar_exp(e, aenv)[0])
+    return int(eval_scalar(e, aenv)[0])
 
 
 def _shape_exp(e: Exp, aenv: dict, op: str) -> tuple:
-    return _check_shape(op, tuple(int(x[0]) for x in _scalar_exp(e, aenv)))
+    return check_shape(op, tuple(int(x[0]) for x in eval_scalar(e, aenv)))
 
 
 # --------------------------------------------------------------------------- arrays
 
 
-def _arr(a: Arr, aenv: dict):
+def eval_array(a: Arr, aenv: dict):
     """Evaluate array node ``a`` in the array environment ``aenv``."""
     return _ARR[type(a)](a, aenv)
 
@@ -416,22 +253,22 @@ def _a_avar(a: Avar, aenv):
 def _a_alet(a: Alet, aenv):
     scope = dict(aenv)
     while isinstance(a, Alet):
-        scope[a.var.name] = _arr(a.bound, scope)
+        scope[a.var.name] = eval_array(a.bound, scope)
         a = a.body
-    return _arr(a, scope)
+    return eval_array(a, scope)
 
 
 def _a_atuple(a: ATuple, aenv):
-    return tuple([_arr(i, aenv) for i in a.items])
+    return tuple([eval_array(i, aenv) for i in a.items])
 
 
 def _a_aprj(a: APrj, aenv):
-    return _arr(a.tup, aenv)[a.index]
+    return eval_array(a.tup, aenv)[a.index]
 
 
 def _a_unit(a: Unit, aenv):
-    v = _scalar_exp(a.exp, aenv)
-    return ArrayValue((), _lmap(lambda x: x.reshape(()), v))
+    v = eval_scalar(a.exp, aenv)
+    return ArrayValue((), leaf_map(lambda x: x.reshape(()), v))
 
 
 def _run_lam(lam: Lam, args, n: int, aenv: dict):
@@ -441,51 +278,51 @@ def _run_lam(lam: Lam, args, n: int, aenv: dict):
 
 def _a_generate(a: Generate, aenv):
     sh = _shape_exp(a.shape, aenv, "generate")
-    n = _prod(sh)
-    v = _run_lam(a.f, (_all_indices(sh),), n, aenv)
-    return ArrayValue(sh, _lmap(lambda x: x.reshape(sh), v))
+    n = prod(sh)
+    v = _run_lam(a.f, (all_indices(sh),), n, aenv)
+    return ArrayValue(sh, leaf_map(lambda x: x.reshape(sh), v))
 
 
 def _a_map(a: Map, aenv):
-    src = _arr(a.a, aenv)
-    n = _prod(src.shape)
-    v = _run_lam(a.f, (_flat(src),), n, aenv)
-    return ArrayValue(src.shape, _lmap(lambda x: x.reshape(src.shape), v))
+    src = eval_array(a.a, aenv)
+    n = prod(src.shape)
+    v = _run_lam(a.f, (flat_data(src),), n, aenv)
+    return ArrayValue(src.shape, leaf_map(lambda x: x.reshape(src.shape), v))
 
 
 def _a_zipwith(a: ZipWith, aenv):
-    x, y = _arr(a.a, aenv), _arr(a.b, aenv)
+    x, y = eval_array(a.a, aenv), eval_array(a.b, aenv)
     sh = tuple(min(p, q) for p, q in zip(x.shape, y.shape))
     cut = tuple(slice(0, s) for s in sh)
-    xs = _lmap(lambda d: d[cut].reshape(-1), x.data)
-    ys = _lmap(lambda d: d[cut].reshape(-1), y.data)
-    v = _run_lam(a.f, (xs, ys), _prod(sh), aenv)
-    return ArrayValue(sh, _lmap(lambda d: d.reshape(sh), v))
+    xs = leaf_map(lambda d: d[cut].reshape(-1), x.data)
+    ys = leaf_map(lambda d: d[cut].reshape(-1), y.data)
+    v = _run_lam(a.f, (xs, ys), prod(sh), aenv)
+    return ArrayValue(sh, leaf_map(lambda d: d.reshape(sh), v))
 
 
 def _rows(av: ArrayValue):
     """(outer shape, rows m, inner length k, data with leaves reshaped to (m, k))."""
     outer, k = av.shape[:-1], av.shape[-1]
-    m = _prod(outer)
-    return outer, m, k, _lmap(lambda d: d.reshape(m, k), av.data)
+    m = prod(outer)
+    return outer, m, k, leaf_map(lambda d: d.reshape(m, k), av.data)
 
 
 def _seed(z: Exp, m: int, aenv: dict):
     """The seed ``z`` (evaluated once) broadcast to ``m`` lanes."""
-    v = _scalar_exp(z, aenv)
-    return _lmap(lambda x: np.repeat(x, m), v)
+    v = eval_scalar(z, aenv)
+    return leaf_map(lambda x: np.repeat(x, m), v)
 
 
 def _a_fold(a: Fold, aenv):
     op = "fold" if a.z is not None else "fold1"
-    src = _arr(a.a, aenv)
+    src = eval_array(a.a, aenv)
     outer, m, k, rows = _rows(src)
     elt = a.type.elt
     if a.z is None and k == 0:
         raise ShapeError(f"{op}: the innermost dimension is empty (shape {src.shape})")
     if m == 0:
-        return ArrayValue(outer, _empty(elt, outer))
-    fast = _lam_fast_op(a.f)
+        return ArrayValue(outer, empty_data(elt, outer))
+    fast = scalar_binop(a.f, _UFUNCS)
     if fast is not None and k > 0:
         uf = _UFUNCS[fast]
         d = rows
@@ -497,23 +334,23 @@ def _a_fold(a: Fold, aenv):
         acc = _seed(a.z, m, aenv)
         start = 0
     else:
-        acc = _lmap(lambda d: d[:, 0], rows)
+        acc = leaf_map(lambda d: d[:, 0], rows)
         start = 1
     for j in range(start, k):
-        acc = _run_lam(a.f, (acc, _take(rows, (slice(None), j))), m, aenv)
-    acc = _fix(acc, elt, m)
-    return ArrayValue(outer, _lmap(lambda x: x.reshape(outer), acc))
+        acc = _run_lam(a.f, (acc, take_lanes(rows, (slice(None), j))), m, aenv)
+    acc = fix_lanes(acc, elt, m)
+    return ArrayValue(outer, leaf_map(lambda x: x.reshape(outer), acc))
 
 
 def _a_scan(a: Scan, aenv):
-    src = _arr(a.a, aenv)
+    src = eval_array(a.a, aenv)
     outer, m, k, rows = _rows(src)
     elt = a.type.elt
     kout = k + 1 if a.z is not None else k
     shape = outer + (kout,)
     if m == 0 or kout == 0:
-        return ArrayValue(shape, _empty(elt, shape))
-    fast = _lam_fast_op(a.f)
+        return ArrayValue(shape, empty_data(elt, shape))
+    fast = scalar_binop(a.f, _UFUNCS)
     if fast is not None:
         uf = _UFUNCS[fast]
         d = rows
@@ -525,13 +362,13 @@ def _a_scan(a: Scan, aenv):
         if not a.left:
             out = out[:, ::-1]
         return ArrayValue(shape, np.ascontiguousarray(out).reshape(shape))
-    out = _empty(elt, (m, kout))
+    out = empty_data(elt, (m, kout))
 
     def put(j, v):
-        _store(out, (slice(None), j), v)
+        store_lanes(out, (slice(None), j), v)
 
     def col(j):
-        return _take(rows, (slice(None), j))
+        return take_lanes(rows, (slice(None), j))
 
     if a.left:
         if a.z is not None:
@@ -554,28 +391,28 @@ def _a_scan(a: Scan, aenv):
         for j in js:
             acc = _run_lam(a.f, (col(j), acc), m, aenv)
             put(j, acc)
-    return ArrayValue(shape, _lmap(lambda x: x.reshape(shape), out))
+    return ArrayValue(shape, leaf_map(lambda x: x.reshape(shape), out))
 
 
 def _a_permute(a: Permute, aenv):
-    dflt = _arr(a.defaults, aenv)
-    src = _arr(a.src, aenv)
+    dflt = eval_array(a.defaults, aenv)
+    src = eval_array(a.src, aenv)
     tshape = dflt.shape
-    out = _lmap(lambda d: d.reshape(-1).copy(), dflt.data)
-    n = _prod(src.shape)
-    keep, target = _run_lam(a.f, (_all_indices(src.shape),), n, aenv)
+    out = leaf_map(lambda d: d.reshape(-1).copy(), dflt.data)
+    n = prod(src.shape)
+    keep, target = _run_lam(a.f, (all_indices(src.shape),), n, aenv)
     kidx = np.flatnonzero(keep)
     if kidx.size:
         tix = tuple(t[kidx] for t in target)
-        _check_bounds("permute (target index)", tix, tshape)
-        lin = _linear(tix, tshape, kidx.size)
-        vals = _lmap(lambda d: d.reshape(-1)[kidx], src.data)
-        fast = _lam_fast_op(a.comb)
+        check_bounds("permute (target index)", tix, tshape)
+        lin = linear_positions(tix, tshape, kidx.size)
+        vals = leaf_map(lambda d: d.reshape(-1)[kidx], src.data)
+        fast = scalar_binop(a.comb, _UFUNCS)
         if fast is not None:
             _UFUNCS[fast].at(out, lin, vals)
         else:
             _permute_rounds(a.comb, out, lin, vals, aenv)
-    return ArrayValue(tshape, _lmap(lambda d: d.reshape(tshape), out))
+    return ArrayValue(tshape, leaf_map(lambda d: d.reshape(tshape), out))
 
 
 def _permute_rounds(comb: Lam, out, lin, vals, aenv):
@@ -600,30 +437,30 @@ def _permute_rounds(comb: Lam, out, lin, vals, aenv):
         sel = by_round[lo:lo + c]
         lo += c
         t = lin[sel]
-        new = _run_lam(comb, (_take(vals, sel), _take(out, t)), len(sel), aenv)
-        _store(out, t, new)
+        new = _run_lam(comb, (take_lanes(vals, sel), take_lanes(out, t)), len(sel), aenv)
+        store_lanes(out, t, new)
 
 
 def _a_backpermute(a: Backpermute, aenv):
     sh = _shape_exp(a.shape, aenv, "backpermute")
-    src = _arr(a.a, aenv)
-    n = _prod(sh)
-    ix = _run_lam(a.f, (_all_indices(sh),), n, aenv)
-    v = _gather(src, ix, n, "backpermute (source index)")
-    return ArrayValue(sh, _lmap(lambda x: x.reshape(sh), v))
+    src = eval_array(a.a, aenv)
+    n = prod(sh)
+    ix = _run_lam(a.f, (all_indices(sh),), n, aenv)
+    v = gather(src, ix, n, "backpermute (source index)")
+    return ArrayValue(sh, leaf_map(lambda x: x.reshape(sh), v))
 
 
 def _a_reshape(a: Reshape, aenv):
     sh = _shape_exp(a.shape, aenv, "reshape")
-    src = _arr(a.a, aenv)
-    if _prod(sh) != _prod(src.shape):
+    src = eval_array(a.a, aenv)
+    if prod(sh) != prod(src.shape):
         raise ShapeError(f"reshape: cannot reshape an array of shape {src.shape} "
-                         f"({_prod(src.shape)} elements) to shape {sh} ({_prod(sh)} elements)")
-    return ArrayValue(sh, _lmap(lambda d: d.reshape(sh), src.data))
+                         f"({prod(src.shape)} elements) to shape {sh} ({prod(sh)} elements)")
+    return ArrayValue(sh, leaf_map(lambda d: d.reshape(sh), src.data))
 
 
 def _a_replicate(a: Replicate, aenv):
-    src = _arr(a.a, aenv)
+    src = eval_array(a.a, aenv)
     sizes = [None if s is None else _int_exp(s, aenv) for s in a.spec]
     if any(s is not None and s < 0 for s in sizes):
         raise ShapeError(f"replicate: negative size in specifier {tuple(sizes)}")
@@ -633,11 +470,11 @@ def _a_replicate(a: Replicate, aenv):
 
     def rep(d):
         return np.broadcast_to(d.reshape(expanded), shape).copy()
-    return ArrayValue(shape, _lmap(rep, src.data))
+    return ArrayValue(shape, leaf_map(rep, src.data))
 
 
 def _a_slice(a: Slice, aenv):
-    src = _arr(a.a, aenv)
+    src = eval_array(a.a, aenv)
     key = []
     for s, d in zip(a.spec, src.shape):
         if s is None:
@@ -651,22 +488,22 @@ def _a_slice(a: Slice, aenv):
             key.append(i)
     key = tuple(key)
     shape = tuple(d for s, d in zip(a.spec, src.shape) if s is None)
-    return ArrayValue(shape, _lmap(lambda d: np.asarray(d[key]).reshape(shape), src.data))
+    return ArrayValue(shape, leaf_map(lambda d: np.asarray(d[key]).reshape(shape), src.data))
 
 
 def _a_acond(a: Acond, aenv):
-    c = bool(_scalar_exp(a.c, aenv)[0])
-    return _arr(a.t if c else a.e, aenv)
+    c = bool(eval_scalar(a.c, aenv)[0])
+    return eval_array(a.t if c else a.e, aenv)
 
 
 def _apply_alam(lam: ALam, x, aenv):
     scope = dict(aenv)
     scope[lam.param.name] = x
-    return _arr(lam.body, scope)
+    return eval_array(lam.body, scope)
 
 
 def _a_awhile(a: Awhile, aenv):
-    x = _arr(a.init, aenv)
+    x = eval_array(a.init, aenv)
     while bool(_apply_alam(a.cond, x, aenv).data.reshape(())):
         x = _apply_alam(a.body, x, aenv)
     return x
@@ -678,56 +515,6 @@ _ARR = {
     Scan: _a_scan, Permute: _a_permute, Backpermute: _a_backpermute, Reshape: _a_reshape,
     Replicate: _a_replicate, Slice: _a_slice, Acond: _a_acond, Awhile: _a_awhile,
 }
-
-
-# --------------------------------------------------------------------------- boundary
-
-
-def _input(v, t, what: str):
-    """Convert a caller's argument to an internal value of type ``t`` (always copying)."""
-    if isinstance(t, ATupleT):
-        if not isinstance(v, (tuple, list)) or len(v) != len(t.items):
-            raise ShapeError(f"{what}: expected a tuple of {len(t.items)} arrays ({t!r})")
-        return tuple(_input(x, ti, f"{what}[{i}]") for i, (x, ti) in enumerate(zip(v, t.items)))
-    if not isinstance(t, ArrayT):
-        raise ProgramTypeError(f"{what}: parameter of non-array type {t!r}")
-
-    def leaf(x, s):
-        if isinstance(s, TupleT):
-            if not isinstance(x, (tuple, list)) or len(x) != len(s.items):
-                raise ShapeError(f"{what}: expected a tuple of {len(s.items)} component arrays "
-                                 f"for elements of type {s!r}")
-            return tuple(leaf(xi, si) for xi, si in zip(x, s.items))
-        arr = np.asarray(x)
-        if arr.dtype != s.dtype:
-            try:
-                scalar_of_dtype(arr.dtype)
-                ok = np.can_cast(arr.dtype, s.dtype, "same_kind")
-            except KeyError:
-                ok = False
-            if not ok:
-                raise ProgramTypeError(f"{what}: expected an array of {s!r}, got {arr.dtype}")
-        if arr.ndim != t.rank:
-            raise ShapeError(f"{what}: expected an array of rank {t.rank}, got shape {arr.shape}")
-        return np.array(arr, dtype=s.dtype, copy=True, order="C")
-
-    data = leaf(v, t.elt)
-    ls = _leaves(data)
-    if ls:
-        shape = ls[0].shape
-        if any(x.shape != shape for x in ls):
-            raise ShapeError(f"{what}: component arrays of different shapes "
-                             f"{[x.shape for x in ls]}")
-    else:
-        shape = (0,) * t.rank  # an array of unit elements carries no data
-    return ArrayValue(shape, data)
-
-
-def _output(v):
-    """Convert an internal value to the API's plain arrays / nested tuples (copying)."""
-    if isinstance(v, ArrayValue):
-        return _lmap(lambda d: np.array(d, copy=True, order="C"), v.data)
-    return tuple(_output(x) for x in v)
 
 
 def evaluate(program: Program, args) -> object:
@@ -742,10 +529,10 @@ def evaluate(program: Program, args) -> object:
     args = list(args)
     if len(args) != len(program.params):
         raise ShapeError(f"program takes {len(program.params)} arguments, got {len(args)}")
-    with _deep_recursion():
-        aenv = {p.name: _input(x, p.type, f"argument {i} ({p.name})")
+    with deep_recursion():
+        aenv = {p.name: from_input(x, p.type, f"argument {i} ({p.name})")
                 for i, (p, x) in enumerate(zip(program.params, args))}
-        return _output(_arr(program.body, aenv))
+        return to_output(eval_array(program.body, aenv))
 
 
 _COMPUTING = (Use, Unit, Generate, Map, ZipWith, Fold, Scan, Permute, Backpermute, Reshape,

@@ -26,7 +26,7 @@ from accel.ast.types import (ATupleT, TupleT, bool_, float32, float64, int32,  #
 from accel.errors import OutOfBoundsError, ShapeError  # noqa: E402
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold,  # noqa: E402
                                   KGenerate, KPermute, KScan, KUse)
-from accel.fusion.numpy_eval import evaluate  # noqa: E402
+from accel.backends.fused import evaluate  # noqa: E402
 from accel.backends.cpu import cache, codegen, prepare_kernels  # noqa: E402
 from accel.backends.cpu.runtime import POOL_MIN_BYTES  # noqa: E402
 from kernel_builders import (P, at, av, dim, f64, i64, ix_lam, kprog, lam, sh,  # noqa: E402

@@ -13,7 +13,7 @@ import pytest
 from accel.ast import nodes as N
 from accel.ast.types import float32, float64
 from accel.fusion.kernels import KGenerate
-from accel.fusion.numpy_eval import evaluate
+from accel.backends.fused import evaluate
 from accel.backends.cpu import prepare_kernels
 from kernel_builders import (P, at, av, dim, f64, ix_lam, kernel_asm, kprog, sh,
                              unary_prog)

@@ -12,7 +12,7 @@ import pytest
 
 import accel as A
 from accel.fusion.kernels import KFold, KGenerate
-from accel.fusion.numpy_eval import evaluate
+from accel.backends.fused import evaluate
 from accel.backends.cpu import prepare_kernels
 from accel.backends.cpu.layout import transpose_reads
 from accel.ast import nodes as N

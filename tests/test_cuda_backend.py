@@ -32,7 +32,7 @@ from accel.ast.types import (ATupleT, TupleT, bool_, float64, int32,  # noqa: E4
 from accel.errors import OutOfBoundsError, ShapeError  # noqa: E402
 from accel.fusion.kernels import (KBlock, KernelProgram, KFold, KGenerate,  # noqa: E402
                                   KPermute, KScan)
-from accel.fusion.numpy_eval import evaluate  # noqa: E402
+from accel.backends.fused import evaluate  # noqa: E402
 from accel.backends import cuda as cuda_backend  # noqa: E402
 from kernel_builders import P, at, av, dim, f64, i64, ix_lam, kprog, lam, sh  # noqa: E402
 

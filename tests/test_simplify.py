@@ -1,4 +1,4 @@
-"""The simplifier (accel.fusion.simplify): each pass does its job, results never change,
+"""The simplifier (accel.simplify): each pass does its job, results never change,
 outputs type-check, long programs neither recurse too deep nor take long."""
 
 from __future__ import annotations
@@ -23,8 +23,14 @@ from accel.ast.typecheck import typecheck
 from accel.ast.types import ArrayT, TupleT, bool_, float32, float64, int32, int64, shape_type
 from accel.errors import OutOfBoundsError, ProgramTypeError
 from accel.frontend import trace_program
-from accel.fusion import simplify as S
-from accel.fusion.simplify import simplify
+from accel.simplify.cse import anf, cse
+from accel.simplify.dce import eliminate_dead_code
+from accel.simplify.driver import simplify
+from accel.simplify.inline import inline_lets
+from accel.simplify.local import eliminate_zeros, fold_constants
+from accel.simplify.rename import uniquify
+from accel.simplify.rounds import tidy
+from accel.simplify.tuples import project_tuples
 from accel.backends.interpreter import evaluate
 
 F, I64 = float64, int64
@@ -129,8 +135,8 @@ def test_cse_two_identical_maps_become_one():
     assert count(p, Map) == 2
     q = check(p, [np.arange(5.0)])
     assert count(q, Map) == 1
-    assert count(S.cse(p), Map) == 1
-    typecheck(S.cse(p))
+    assert count(cse(p), Map) == 1
+    typecheck(cse(p))
 
 
 def test_cse_inline_duplicates_and_expressions():
@@ -205,7 +211,7 @@ def test_inline_trivial_and_expression_lets():
     y, z, w = var(F, "y"), var(F, "z"), var(F, "w")
     body = Let(y, x, Let(z, f64(2.0), Let(w, P("mul", y, z), P("add", w, P("neg", z)))))
     p = Program((a,), Map(Lam((x,), body), a))
-    q = S.inline_lets(p)
+    q = inline_lets(p)
     typecheck(q)
     assert body_of_single_map(q) == P("add", P("mul", x, f64(2.0)), P("neg", f64(2.0)))
     check(p, [np.arange(3.0)])
@@ -265,7 +271,7 @@ def test_dead_code_elimination():
         return A.map(lambda v: v * 2.0, a)
 
     p = trace(f, V1)
-    q = S.eliminate_dead_code(p)  # the whole dead chain in one pass
+    q = eliminate_dead_code(p)  # the whole dead chain in one pass
     typecheck(q)
     assert count(q, Map) == 1
     check(p, [np.arange(3.0)])
@@ -273,7 +279,7 @@ def test_dead_code_elimination():
     x, y = var(F), var(F, "y")
     a = avar(V1)
     p = Program((a,), Map(Lam((x,), Let(y, P("sin", x), P("add", x, x))), a))
-    q = S.eliminate_dead_code(p)
+    q = eliminate_dead_code(p)
     assert body_of_single_map(q) == P("add", x, x)
 
 
@@ -319,7 +325,7 @@ def test_float_identities(expr, want):
     a, x = avar(V1), var(F)
     p = Program((a,), Map(Lam((x,), expr(x)), a))
     check(p, [np.array([-0.0, 0.0, np.nan, np.inf, -2.5])])
-    b = body_of_single_map(S.project_tuples(S.fold_constants(p)))
+    b = body_of_single_map(project_tuples(fold_constants(p)))
     if want is None:
         assert b == expr(x)
     elif want == "x":
@@ -333,7 +339,7 @@ def test_integer_identities():
     e = P("add", P("mul", P("add", x, i64(0)), i64(1)), P("mul", i64(0), P("mod", x, i64(3))))
     p = Program((a,), Map(Lam((x,), e), a))
     q = check(p, [np.arange(-3, 4)])
-    assert body_of_single_map(S.fold_constants(p)) == x
+    assert body_of_single_map(fold_constants(p)) == x
     assert q.body == a  # and the identity map goes
 
 
@@ -371,7 +377,7 @@ def test_folding_matches_the_interpreter(data):
     a = avar(ArrayT(F, 1))
     e = PrimApp(op, args)
     p = Program((a,), Generate(Tuple((i64(1),)), lam1(shape_type(1), lambda _: e)))
-    q = S.fold_constants(p)
+    q = fold_constants(p)
     typecheck(q)
     assert isinstance(q.body.f.body, Const)
     same_values(evaluate(q, [np.zeros(1)]), evaluate(p, [np.zeros(1)]))
@@ -390,11 +396,11 @@ def test_tuple_projection_and_split():
     assert count(q, Tuple) == 0 and count(q, Prj) == 0
     assert not any(isinstance(n, PrimApp) and n.op == "cos" for n in walk(q))
     # direct projections, both levels
-    assert S.project_tuples(Program((a,), Map(Lam((x,), Prj(1, Tuple((x, f64(2.0))))), a))
+    assert project_tuples(Program((a,), Map(Lam((x,), Prj(1, Tuple((x, f64(2.0))))), a))
                             ).body.f.body == f64(2.0)
     b = avar(V1)
     p = Program((a, b), APrj(1, ATuple((Map(lam1(F, lambda v: P("exp", v)), a), b))))
-    assert S.project_tuples(p).body == b
+    assert project_tuples(p).body == b
 
 
 def test_array_tuple_split_and_acond_narrowing():
@@ -437,7 +443,7 @@ def test_cond_of_tuples_narrowed():
 def test_zero_adjoint_contribution():
     a = avar(V1)
     p = Program((a,), ZipWith(add_lam(), a, zeros_like(a)))
-    assert S.simplify(p).body != a  # x + 0.0 is not x for x = -0.0
+    assert simplify(p).body != a  # x + 0.0 is not x for x = -0.0
     q = check(p, [np.array([-0.0, 1.0])], adjoint_zeros=True)
     assert q.body == a
     n = avar(I1)
@@ -600,7 +606,7 @@ def test_tidy_shares_and_projects_fusion_shapes():
     inner = Let(s1, Shape(a), Let(s2, Shape(a), Tuple(tuple(
         P("min", Prj(k, s1), Prj(k, s2)) for k in range(2)))))
     e = Tuple((Prj(0, inner), Prj(1, inner)))
-    t = S.tidy(e)
+    t = tidy(e)
     assert t == Shape(a)
     assert count(t, Let) == 0
 
@@ -709,9 +715,9 @@ def test_round_time_on_ten_thousand_nodes():
 
     p = trace(f, V1, V1)
     assert count_nodes(p) > 9000
-    S.simplify(p, max_rounds=1)  # warm up
+    simplify(p, max_rounds=1)  # warm up
     t0 = time.process_time()  # CPU time: robust to a loaded machine
-    S.simplify(p, max_rounds=1)
+    simplify(p, max_rounds=1)
     assert time.process_time() - t0 < 1.0
     check(p, [np.arange(3.0), np.ones(3)])
 
@@ -735,7 +741,7 @@ def test_uniquify_duplicate_binders():
     x, y = var(F), var(F, "y")
     shadow = Lam((x,), Let(y, P("exp", x), Let(y, P("add", y, y), P("mul", y, x))))
     p = Program((a,), ZipWith(add_lam(), Map(shadow, m), Map(shadow, Map(lam, m))))
-    u = S.uniquify(p)
+    u = uniquify(p)
     names = [b.name for n in walk(u) for b in (
         (n.var,) if isinstance(n, (Let, Alet)) else n.params if isinstance(n, Lam) else ())]
     assert len(names) == len(set(names))
@@ -908,9 +914,9 @@ def programs(draw):
 def test_random_programs_unchanged(p, n, vals):
     args = [np.array(vals[:n]), np.array(vals[4:4 + n])]
     check(p, args)
-    for ps in (S.cse, S.inline_lets, S.eliminate_dead_code, S.fold_constants,
-               S.project_tuples, S.eliminate_zeros, S.anf):
-        q = ps(S.uniquify(p))
+    for ps in (cse, inline_lets, eliminate_dead_code, fold_constants,
+               project_tuples, eliminate_zeros, anf):
+        q = ps(uniquify(p))
         typecheck(q)
         same_values(evaluate(q, args), evaluate(p, args))
     check(p, args, adjoint_zeros=True)

@@ -138,12 +138,6 @@ for _t in SCALARS:
     _reg("to_" + _t.name, 1, (lambda t: lambda op, ts: _same(op, ts, lambda s: True, "a scalar")
                               and t)(_t), _cast(_t))
 
-#: Primitives whose result carries no derivative (comparisons, rounding, casts to ints...).
-PIECEWISE_CONSTANT = frozenset(
-    ["floor", "ceil", "round", "truncate", "floordiv", "lt", "le", "gt", "ge", "eq", "ne",
-     "and", "or", "xor", "not", "to_int32", "to_int64", "to_bool"])
-
-
 def result_type(op: str, arg_types) -> Scalar:
     """The result type of primitive ``op`` on ``arg_types`` (raises ProgramTypeError)."""
     prim = PRIMS.get(op)

@@ -1,6 +1,8 @@
 """Generic traversals: children, rebuilding, free variables, substitution, renaming.
 
-Passes use these so that each handles only the nodes it cares about.
+Passes use these so that each handles only the nodes it cares about.  ``LAYOUT`` (with
+``rebuild``, ``subterms`` and ``with_fields``) is the same walk precomputed per node
+class, for the passes that run it many times.
 Binders are ``Let.var``, ``Lam.params``, ``Alet.var``, ``ALam.param`` and
 ``Program.params``; everything else is structural.
 """
@@ -11,7 +13,101 @@ import contextlib
 import sys
 from dataclasses import fields
 
-from .nodes import (ALam, Alet, Avar, Lam, Let, Node, Program, Var, fresh)
+from .nodes import (ARR_NODES, EXP_NODES, ALam, Alet, APrj, Avar, Const, Lam, Let, Node, Prj,
+                    Program, Use, Var, fresh)
+
+
+# --------------------------------------------------------------------------- node layout
+#
+# The fast path for passes that visit every node many times (the simplifier): each node
+# class's constructor fields, classified once, so that a pass reads a table instead of
+# calling ``dataclasses.fields`` and ``isinstance`` per node.
+
+# Field kinds: PLAIN plain value, NODE child node (or None), NODES tuple of optional nodes,
+# BINDER one binder, BINDERS a tuple of binders.
+PLAIN, NODE, NODES, BINDER, BINDERS = range(5)
+
+_BINDER_FIELDS = {(Let, "var"): BINDER, (Alet, "var"): BINDER, (ALam, "param"): BINDER,
+                  (Lam, "params"): BINDERS, (Program, "params"): BINDERS}
+_TUPLE_FIELDS = ("items", "args", "spec")
+_PLAIN_TYPES = ("int", "bool", "str", "float", "object", "Scalar", "np.ndarray")
+
+
+def _layout(cls) -> tuple:
+    """(field name, kind) for the constructor arguments of node class ``cls``, in order.
+    Fields other than child nodes (names, types, indices, flags, options) are plain."""
+    out = []
+    for f in fields(cls):
+        if not f.init:
+            continue
+        kind = _BINDER_FIELDS.get((cls, f.name))
+        if kind is None:
+            ann = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+            if f.name in _TUPLE_FIELDS:
+                kind = NODES
+            elif ann in _PLAIN_TYPES or f.name in ("ty", "name", "op", "value") or (
+                    f.name == "index" and cls in (Prj, APrj)) or cls is Use:
+                kind = PLAIN
+            else:
+                kind = NODE
+        out.append((f.name, kind))
+    return tuple(out)
+
+
+LAYOUT = {cls: _layout(cls) for cls in EXP_NODES + ARR_NODES + (Lam, ALam, Program)}
+
+
+def with_fields(n, **changes):
+    """``n`` rebuilt with some fields replaced (the others, options included, kept)."""
+    return type(n)(*[changes[name] if name in changes else getattr(n, name)
+                     for name, _ in LAYOUT[type(n)]])
+
+
+LEAVES = (Const, Var, Avar, Use)
+
+
+def rebuild(n, f):
+    """``n`` with ``f`` applied to each child node (not binders); ``n`` if none changed."""
+    vals = []
+    changed = False
+    for name, kind in LAYOUT[type(n)]:
+        v = getattr(n, name)
+        if kind == NODE:
+            if v is not None:
+                nv = f(v)
+                if nv is not v:
+                    changed = True
+                    v = nv
+        elif kind == NODES:
+            items = []
+            ch = False
+            for x in v:
+                if x is not None:
+                    nx = f(x)
+                    if nx is not x:
+                        ch = True
+                        x = nx
+                items.append(x)
+            if ch:
+                changed = True
+                v = tuple(items)
+        vals.append(v)
+    return type(n)(*vals) if changed else n
+
+
+def subterms(n) -> list:
+    """The child nodes of ``n`` (binders excluded)."""
+    out = []
+    for name, kind in LAYOUT[type(n)]:
+        if kind == NODE:
+            v = getattr(n, name)
+            if v is not None:
+                out.append(v)
+        elif kind == NODES:
+            for x in getattr(n, name):
+                if x is not None:
+                    out.append(x)
+    return out
 
 
 def child_fields(n: Node):
@@ -99,9 +195,9 @@ def _free_vars1(n: Node) -> frozenset:
     return fv
 
 
-def _rename_var(v, prefix=None):
-    name = fresh(prefix or v.name.rstrip("0123456789") or "v")
-    return type(v)(name, v.ty)
+def fresh_like(v, ty=None):
+    """A fresh variable named like ``v`` (of type ``ty``, else ``v``'s)."""
+    return type(v)(fresh(v.name.rstrip("0123456789") or "v"), v.ty if ty is None else ty)
 
 
 def substitute(n: Node, env: dict) -> Node:
@@ -121,7 +217,7 @@ def substitute(n: Node, env: dict) -> Node:
             danger |= free_vars(v)
         clash = [b for b in bs if b.name in danger]
         if clash:
-            ren = {b.name: _rename_var(b) for b in clash}
+            ren = {b.name: fresh_like(b) for b in clash}
             n = _rebind(n, ren)
             env = dict(env)
     if isinstance(n, (Let, Alet)):
@@ -152,10 +248,10 @@ def freshen(n: Node) -> Node:
             return env.get(n.name, n)
         bs = binders(n)
         if isinstance(n, (Let, Alet)):
-            nv = _rename_var(n.var)
+            nv = fresh_like(n.var)
             return type(n)(nv, go(n.bound, env), go(n.body, {**env, n.var.name: nv}))
         if bs:
-            new = {b.name: _rename_var(b) for b in bs}
+            new = {b.name: fresh_like(b) for b in bs}
             env2 = {**env, **new}
             if isinstance(n, Lam):
                 return Lam(tuple(new[p.name] for p in n.params), go(n.body, env2))

@@ -80,7 +80,6 @@ int32 = Scalar("int32")
 int64 = Scalar("int64")
 bool_ = Scalar("bool")
 SCALARS = (float32, float64, int32, int64, bool_)
-UNIT = TupleT(())
 
 
 def shape_type(rank: int) -> TupleT:
@@ -102,12 +101,6 @@ def leaves(t) -> list:
     if isinstance(t, TupleT):
         return [s for item in t.items for s in leaves(item)]
     return [t]
-
-
-def is_float_type(t) -> bool:
-    """Whether every leaf of an element type is floating (and there is at least one)."""
-    ls = leaves(t)
-    return bool(ls) and all(s.is_float for s in ls)
 
 
 def has_float(t) -> bool:

@@ -17,46 +17,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ad.anf import ABind, ABlock, ACondB, aflatten, leaves, tree_like, type_leaves
+from ..ad.anf import ABind, ABlock, ACondB, aflatten
 from ..ast import nodes as N
+from ..ast.cost import cost
+from ..ast.trees import leaves, tree_like, type_leaves
 from ..ast.traverse import (children, free_vars, freshen, map_children, recursion_headroom,
-                             substitute)
+                            substitute)
 from ..ast.types import int64, shape_type
+from ..simplify.rounds import tidy
+from .kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate, KPermute, KScan,
+                      KUse, map_blocks)
 from .materialised import read_materialised
 from .reductions import rewrite_reductions
-from .simplify import tidy
-from .kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate, KPermute, KScan,
-                      KUse)
 
-#: Index functions whose cost (see ``_cost``) is at most this are recomputed at every use.
+#: Index functions whose cost (see ``accel.ast.cost``) is at most this are recomputed at every use.
 CHEAP = 6
-
-_EXPENSIVE = {"exp", "log", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
-              "expm1", "log1p", "sqrt", "pow", "atan2", "div"}
-
 
 @dataclass
 class Delayed:
     shape: N.Exp  # reads manifest arrays only
     fn: N.Lam  # index -> element, reads manifest arrays only
     type: object  # ArrayT
-
-
-def _cost(n: N.Node) -> int:
-    """A rough operation count of an index function (float work and memory reads)."""
-    c = 0
-    stack = [n]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, N.PrimApp):
-            if x.type.is_float or x.op in _EXPENSIVE:
-                c += 8 if x.op in _EXPENSIVE else 1
-        elif isinstance(x, N.Index):
-            c += 1
-        elif isinstance(x, N.While):
-            c += 100
-        stack.extend(children(x))
-    return c
 
 
 def _plain_read(fn: N.Lam) -> bool:
@@ -217,7 +198,7 @@ class Fuser:
             self.env[y.name] = d
             n = self.uses.count.get(y.name, 0)
             if n > 1 or y.name in self.uses.repeated:
-                if _cost(d.fn) > CHEAP or n > 4:
+                if cost(d.fn) > CHEAP or n > 4:
                     self.manifest(y)
             return
         if self.uses.count.get(y.name, 0) == 0 and not any(
@@ -397,10 +378,8 @@ def tidy_block(blk: KBlock) -> KBlock:
     """Every step's shapes and functions through ``simplify.tidy``."""
     steps = []
     for s in blk.steps:
-        if isinstance(s, KAcond):
-            s = KAcond(s.outs, tidy(s.c), tidy_block(s.t), tidy_block(s.e))
-        elif isinstance(s, KAwhile):
-            s = KAwhile(s.outs, s.params, tidy_block(s.cond), tidy_block(s.body), s.init)
+        if isinstance(s, (KAcond, KAwhile)):
+            s = map_blocks(s, tidy_block, tidy)
         elif not isinstance(s, KUse):
             s = type(s)(**{f: tidy(v) if isinstance(v, (N.Exp, N.Lam)) else v
                            for f, v in vars(s).items()})

@@ -18,7 +18,7 @@ functions are scalar expressions that read manifest arrays only (``Index`` and
 plus ``KUse`` (a constant), and host-level control flow ``KAcond`` and
 ``KAwhile`` whose branches/bodies are nested ``KBlock``s.  Shapes are
 expressions the host evaluates before the loop.  This is the only thing the
-CPU and CUDA backends see; ``evaluate`` in ``numpy_eval`` runs it with NumPy.
+CPU and CUDA backends see; ``evaluate`` in ``accel.backends.fused`` runs it with NumPy.
 """
 
 from __future__ import annotations
@@ -113,16 +113,41 @@ def step_outs(s) -> tuple:
     return s.outs if hasattr(s, "outs") else (s.out,)
 
 
+# --------------------------------------------------------------------------- nested blocks
+#
+# The one walk into host control flow: every pass over a kernel program recurses into
+# the blocks of ``KAcond`` (then, else) and ``KAwhile`` (cond, body) through these.
+
+
+def sub_blocks(s) -> tuple:
+    """The blocks nested in step ``s``: ``(t, e)`` of a ``KAcond``, ``(cond, body)`` of a
+    ``KAwhile``, none for a loop step or ``KUse``."""
+    if isinstance(s, KAcond):
+        return (s.t, s.e)
+    if isinstance(s, KAwhile):
+        return (s.cond, s.body)
+    return ()
+
+
+def map_blocks(s, f, cond=None):
+    """Step ``s`` with every nested block ``b`` replaced by ``f(b)`` (in the order of
+    ``sub_blocks``), and a ``KAcond``'s condition ``c`` by ``cond(c)`` (first) when
+    given; a step without blocks is returned as it is."""
+    if isinstance(s, KAcond):
+        c = s.c if cond is None else cond(s.c)
+        return KAcond(s.outs, c, f(s.t), f(s.e))
+    if isinstance(s, KAwhile):
+        return KAwhile(s.outs, s.params, f(s.cond), f(s.body), s.init)
+    return s
+
+
 def count_kernels(block: KBlock) -> int:
     """Parallel loops in a block (both branches of conditionals, loop bodies once)."""
     n = 0
     for s in block.steps:
         if isinstance(s, LOOP_STEPS):
             n += 2 if isinstance(s, KPermute) else 1
-        elif isinstance(s, KAcond):
-            n += count_kernels(s.t) + count_kernels(s.e)
-        elif isinstance(s, KAwhile):
-            n += count_kernels(s.cond) + count_kernels(s.body)
+        n += sum(count_kernels(b) for b in sub_blocks(s))
     return n
 
 
@@ -132,10 +157,7 @@ def count_loops(block: KBlock) -> int:
     for s in block.steps:
         if isinstance(s, LOOP_STEPS):
             n += 1
-        elif isinstance(s, KAcond):
-            n += count_loops(s.t) + count_loops(s.e)
-        elif isinstance(s, KAwhile):
-            n += count_loops(s.cond) + count_loops(s.body)
+        n += sum(count_loops(b) for b in sub_blocks(s))
     return n
 
 

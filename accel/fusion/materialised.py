@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from ..ast import nodes as N
 from ..ast.traverse import children, map_children
-from .kernels import KAcond, KAwhile, KBlock, KFold, KGenerate
-from .reductions import _dim, _expand, match_under
-from .simplify import tidy
+from ..simplify.rounds import tidy
+from .kernels import KBlock, KFold, KGenerate, map_blocks
+from .reductions import dim, expand, match_under
 
 __all__ = ["read_materialised"]
 
@@ -31,12 +31,7 @@ def read_materialised(blk: KBlock) -> KBlock:
     docstring), in every nested block."""
     steps = []
     for s in blk.steps:
-        if isinstance(s, KAcond):
-            s = KAcond(s.outs, s.c, read_materialised(s.t), read_materialised(s.e))
-        elif isinstance(s, KAwhile):
-            s = KAwhile(s.outs, s.params, read_materialised(s.cond), read_materialised(s.body),
-                        s.init)
-        steps.append(s)
+        steps.append(map_blocks(s, read_materialised))
     for i, g in enumerate(steps):
         pattern = _pattern(g)
         if pattern is not None:
@@ -50,7 +45,7 @@ def _pattern(g):
         return None
     if not g.f.params[0].type.items:  # rank 0
         return None
-    body = _expand(g.f.body)
+    body = expand(g.f.body)
     return None if body is None or _ops(body) < MIN_OPS else body
 
 
@@ -65,22 +60,22 @@ def _ops(e) -> int:
 
 def _rewrite_step(s, g: KGenerate, pattern):
     if isinstance(s, KGenerate):
-        dims = [_dim(s.shape, m) for m in range(len(s.shape.type.items))]
+        dims = [dim(s.shape, m) for m in range(len(s.shape.type.items))]
         f = _rewrite_lam(s.f, dims, g, pattern)
         return s if f is s.f else KGenerate(s.outs, s.shape, f)
     if isinstance(s, KFold):
-        dims = [_dim(s.shape, m) for m in range(len(s.shape.type.items))] + [tidy(s.n)]
+        dims = [dim(s.shape, m) for m in range(len(s.shape.type.items))] + [tidy(s.n)]
         src = _rewrite_lam(s.src, dims, g, pattern)
         return s if src is s.src else KFold(s.out, s.shape, s.n, s.f, s.z, src)
     return s
 
 
 def _rewrite_lam(lam: N.Lam, dims: list, g: KGenerate, pattern) -> N.Lam:
-    body = _expand(lam.body)
+    body = expand(lam.body)
     if body is None:
         return lam
     ig, ix = g.f.params[0], lam.params[0]
-    gdims = [_dim(g.shape, k) for k in range(len(ig.type.items))]
+    gdims = [dim(g.shape, k) for k in range(len(ig.type.items))]
     found = [False]
 
     def go(t):

@@ -25,10 +25,11 @@ import functools
 from dataclasses import fields
 
 from ..ast import nodes as N
+from ..ast.alpha import alpha_eq
 from ..ast.traverse import children, free_vars, freshen, map_children, substitute, walk
 from ..ast.types import int64, shape_type
-from .kernels import KAcond, KAwhile, KBlock, KFold, KGenerate, KUse
-from .simplify import _alpha_eq, tidy
+from ..simplify.rounds import tidy
+from .kernels import KAcond, KAwhile, KBlock, KFold, KGenerate, KUse, map_blocks, sub_blocks
 
 __all__ = ["rewrite_reductions", "reuse_folds", "interchange_sums"]
 
@@ -40,12 +41,7 @@ def rewrite_reductions(blk: KBlock) -> KBlock:
     """:func:`interchange_sums`, then :func:`reuse_folds`, in every block."""
     steps = []
     for s in blk.steps:
-        if isinstance(s, KAcond):
-            s = KAcond(s.outs, s.c, rewrite_reductions(s.t), rewrite_reductions(s.e))
-        elif isinstance(s, KAwhile):
-            s = KAwhile(s.outs, s.params, rewrite_reductions(s.cond),
-                        rewrite_reductions(s.body), s.init)
-        steps.append(s)
+        steps.append(map_blocks(s, rewrite_reductions))
     return reuse_folds(interchange_sums(KBlock(tuple(steps), blk.result)))
 
 
@@ -53,7 +49,7 @@ def rewrite_reductions(blk: KBlock) -> KBlock:
 
 
 @functools.lru_cache(maxsize=512)
-def _expand(e: N.Exp):
+def expand(e: N.Exp):
     """``e`` with every let inlined and projections of tuples taken, or None when that
     makes it bigger than :data:`MAX_NODES` (only ever compared or re-tidied, so the
     duplicated subterms cost nothing at run time)."""
@@ -95,7 +91,8 @@ def _expand1(e):
     return e
 
 
-def _dim(sh: N.Exp, k: int) -> N.Exp:
+def dim(sh: N.Exp, k: int) -> N.Exp:
+    """Dimension ``k`` of the shape expression ``sh``, tidied (comparable with ``==``)."""
     return tidy(N.Prj(k, sh))
 
 
@@ -149,7 +146,7 @@ def _reads(name: str, e) -> int:
 def _step_nodes(s) -> list:
     if isinstance(s, (KAcond, KAwhile)):
         out = [s.c] if isinstance(s, KAcond) else []
-        for b in ((s.t, s.e) if isinstance(s, KAcond) else (s.cond, s.body)):
+        for b in sub_blocks(s):
             out += [x for t in b.steps for x in _step_nodes(t)] + list(b.result)
         return out + list(getattr(s, "init", ()))
     if isinstance(s, KUse):
@@ -173,12 +170,8 @@ def _retarget(s, name: str, make):
                 return make(None)
             return map_children(x, go)
         return x
-    if isinstance(s, KAcond):
-        return KAcond(s.outs, tidy(go(s.c)), _retarget_block(s.t, name, make),
-                      _retarget_block(s.e, name, make))
-    if isinstance(s, KAwhile):
-        return KAwhile(s.outs, s.params, _retarget_block(s.cond, name, make),
-                       _retarget_block(s.body, name, make), s.init)
+    if isinstance(s, (KAcond, KAwhile)):
+        return map_blocks(s, lambda b: _retarget_block(b, name, make), lambda c: tidy(go(c)))
     if isinstance(s, KUse):
         return s
     return type(s)(**{f: tidy(go(v)) if isinstance(v, (N.Exp, N.Lam)) else v
@@ -238,11 +231,11 @@ def _reindex(a: KFold, b: KFold):
     """The outer index of fold ``a`` that fold ``b``'s element ``o`` is (a tuple of
     components of ``o``), or None: ``b``'s source must be ``a``'s with ``a``'s outer
     components renamed to ``b``'s, over equal dimensions and an equal inner length."""
-    if a.out.type.elt != b.out.type.elt or a.z != b.z or not _alpha_eq(a.f, b.f):
+    if a.out.type.elt != b.out.type.elt or a.z != b.z or not alpha_eq(a.f, b.f):
         return None
     if tidy(a.n) != tidy(b.n):
         return None
-    pa, pb = _expand(a.src.body), _expand(b.src.body)
+    pa, pb = expand(a.src.body), expand(b.src.body)
     if pa is None or pb is None:
         return None
     ia, ib = a.src.params[0], b.src.params[0]
@@ -250,7 +243,7 @@ def _reindex(a: KFold, b: KFold):
     env: dict = {}
     if not _match(pa, pb, ia, ra, ib, rb, env) or set(env) != set(range(ra)):
         return None
-    if any(_dim(a.shape, k) != _dim(b.shape, m) for k, m in env.items()):
+    if any(dim(a.shape, k) != dim(b.shape, m) for k, m in env.items()):
         return None
     return tuple(env[k] for k in range(ra))
 
@@ -367,9 +360,9 @@ def _plan(b: KFold, term: tuple, steps: list, i: int, result) -> tuple | None:
     if len(q) != 1 or read.index.items[q[0]] != N.Prj(rb, ib):
         return None
     q = q[0]
-    if _dim(a.shape, q) != tidy(b.n):
+    if dim(a.shape, q) != tidy(b.n):
         return None
-    body = _expand(a.src.body)
+    body = expand(a.src.body)
     if body is None:
         return None
     ia = a.src.params[0]
@@ -388,7 +381,7 @@ def _plan(b: KFold, term: tuple, steps: list, i: int, result) -> tuple | None:
     m_used = any(ra in _uses(ia, f) for f in h)
     ty = b.z.type
     # T over (A's dims in ``used``) ++ (A's inner length, if H reads it), summing over j
-    tdims = [_dim(a.shape, k) for k in used] + ([tidy(a.n)] if m_used else [])
+    tdims = [dim(a.shape, k) for k in used] + ([tidy(a.n)] if m_used else [])
     rt = len(tdims)
     t_ix = N.Var(N.fresh("t"), shape_type(rt + 1))
     parts = [None] * (ra + 1)
@@ -402,7 +395,7 @@ def _plan(b: KFold, term: tuple, steps: list, i: int, result) -> tuple | None:
     t_step = KFold(t_out, tidy(N.Tuple(tuple(tdims))), tidy(b.n), freshen(a.f), a.z,
                    N.Lam((t_ix,), tidy(t_body)))
     # S over A's outer dims without q, summing over A's inner index m
-    sdims = [_dim(a.shape, k) for k in range(ra) if k != q]
+    sdims = [dim(a.shape, k) for k in range(ra) if k != q]
     s_ix = N.Var(N.fresh("s"), shape_type(ra))
     sparts = [None] * (ra + 1)
     for pos, k in enumerate(k for k in range(ra) if k != q):
@@ -428,7 +421,7 @@ def interchange_sums(blk: KBlock) -> KBlock:
     i = 0
     while i < len(steps):
         b = steps[i]
-        body = _expand(b.src.body) if _is_sum(b) else None
+        body = expand(b.src.body) if _is_sum(b) else None
         if body is None:
             i += 1
             continue

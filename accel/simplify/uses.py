@@ -1,0 +1,88 @@
+"""Use counts: how and where each variable occurs (the facts inlining and splitting read).
+
+Invariant: one walk records, per variable, its number of occurrences, the nesting depth
+(functions, loop bodies, ``Acond`` branches) of its binder and uses, whether it is read
+through ``Index``/``Shape``, which tuple components are projected, and which element
+paths projecting maps read; the passes decide from these without walking again.
+"""
+
+from __future__ import annotations
+
+from ..ast.nodes import (Acond, ALam, Alet, APrj, Avar, Const, Index, Lam, Let, Map, Prj, Shape,
+                         Use, Var)
+from ..ast.traverse import subterms
+from .base import is_param
+
+
+class Uses:
+    """Occurrences of every variable, with the nesting depth of functions, loop bodies
+    and ``Acond`` branches at binders and uses, ``Index``/``Shape`` (indirect) uses
+    and the components of projection-only uses."""
+
+    def __init__(self, root):
+        cnt, udepth, bdepth, indirect, nonprj, prj = {}, {}, {}, set(), {}, {}
+        eltprj, shapes = {}, {}  # array name -> element paths projected by maps; shape uses
+        stack = [(root, 0)]
+        while stack:
+            n, d = stack.pop()
+            t = type(n)
+            if t is Var or t is Avar:
+                name = n.name
+                cnt[name] = cnt.get(name, 0) + 1
+                udepth[name] = d
+                nonprj[name] = nonprj.get(name, 0) + 1
+            elif t is Const or t is Use:
+                pass
+            elif t is Prj or t is APrj:
+                tup = n.tup
+                if type(tup) is Var or type(tup) is Avar:
+                    name = tup.name
+                    cnt[name] = cnt.get(name, 0) + 1
+                    udepth[name] = d
+                    s = prj.get(name)
+                    if s is None:
+                        prj[name] = s = set()
+                    s.add(n.index)
+                else:
+                    stack.append((tup, d))
+            elif t is Index or t is Shape:
+                name = n.array.name
+                if t is Shape:
+                    shapes[name] = shapes.get(name, 0) + 1
+                cnt[name] = cnt.get(name, 0) + 1
+                udepth[name] = d
+                nonprj[name] = nonprj.get(name, 0) + 1
+                indirect.add(name)
+                if t is Index:
+                    stack.append((n.index, d))
+            elif t is Let or t is Alet:
+                bdepth[n.var.name] = d
+                stack.append((n.bound, d))
+                stack.append((n.body, d))
+            elif t is Lam or t is ALam:
+                stack.append((n.body, d + 1))
+            elif t is Acond:
+                stack.append((n.c, d))
+                stack.append((n.t, d + 1))
+                stack.append((n.e, d + 1))
+            else:
+                if t is Map and type(n.a) is Avar:
+                    path = element_path(n.f)
+                    if path is not None:
+                        eltprj.setdefault(n.a.name, []).append(path)
+                for c in subterms(n):
+                    stack.append((c, d))
+        self.cnt, self.udepth, self.bdepth = cnt, udepth, bdepth
+        self.indirect, self.nonprj, self.prj = indirect, nonprj, prj
+        self.eltprj, self.shapes = eltprj, shapes
+
+
+def element_path(f: Lam):
+    """``(i, j, ...)`` if ``f`` is ``\\x -> x.i.j...`` (a projection of its argument)."""
+    body, path = f.body, []
+    while type(body) is Prj:
+        path.append(body.index)
+        body = body.tup
+    if path and is_param(body, f, 0):
+        return tuple(reversed(path))
+    return None
