@@ -50,16 +50,17 @@ class EvalFunction:
 
 
 class Programs:
-    """Compiled accel programs, one ``A.compile`` per (name, structural parameters), kept
-    for the life of the tool (each compiles once per dtype/rank signature)."""
+    """Compiled accel programs, one ``A.compile`` per (name, structural parameters) and
+    backend, kept for the life of the tool (each compiles once per dtype/rank signature)."""
 
     def __init__(self):
         self._compiled: dict = {}
 
     def get(self, key, make: Callable[[], Callable]):
+        key = (key, backend())
         c = self._compiled.get(key)
         if c is None:
-            c = self._compiled[key] = A.compile(make(), backend=backend())
+            c = self._compiled[key] = A.compile(make(), backend=key[1])
         return c
 
 
