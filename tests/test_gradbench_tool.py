@@ -223,3 +223,26 @@ def test_gmm_against_numpy_and_central_differences():
             minus[("alpha", "mu", "q", "l").index(f)][idx] -= h
             fd = (_gmm_numpy(inp, *plus) - _gmm_numpy(inp, *minus)) / (2 * h)
             assert math.isclose(got[idx], fd, rel_tol=1e-6, abs_tol=1e-6), (f, idx)
+
+
+def test_ba_against_the_numpy_reference():
+    from accel.adbench.ba import numpy_jacobian, numpy_residuals
+    inp = {"n": 2, "m": 3, "p": 12, "w": 0.8, "feat": [271.7, 834.2],
+           "cam": [-0.75, -1.1, -0.84, 34.5, 39.6, 53.8, 419.1, 5.8, -8.5, 0.08, 0.002],
+           "x": [7.2, 0.001, 3.02]}
+    tool = defined("ba")
+    i = np.arange(12)
+    cams, pts = np.tile(inp["cam"], (2, 1)), np.tile(inp["x"], (3, 1))
+    ws, feats = np.full(12, 0.8), np.tile(inp["feat"], (12, 1))
+    obs = np.stack([i % 2, i % 3], axis=1)
+    reproj, werr = numpy_residuals(cams, pts, ws, feats, obs)
+    got = call(tool, "ba", "objective", inp)
+    assert got["reproj_error"]["repeated"] == 12 and got["w_err"]["repeated"] == 12
+    np.testing.assert_allclose(got["reproj_error"]["elements"], reproj[0], rtol=1e-12)
+    assert math.isclose(got["w_err"]["element"], werr[0], rel_tol=1e-12)
+    jac = call(tool, "ba", "jacobian", inp)
+    ref = numpy_jacobian(cams, pts, ws, feats, obs)
+    for name in ("rows", "cols", "vals"):
+        full = np.asarray(getattr(ref, name))
+        want = np.concatenate([full[:30], full[-1:]])
+        np.testing.assert_allclose(jac[name], want, rtol=1e-10, atol=1e-12, err_msg=name)

@@ -36,12 +36,13 @@ SIZES = {
     "llsq": "-n 256 1024 4096 -m 128",
     "gmm": "-d 2 10 20 -k 5 25 -n 1000",
     "kmeans": "-k 10 100 -n 10000 -d 8 16",
-    "det": "-l 6 7 8 9",
+    "det": "-l 5 6 7",
+    "ba": "--min 1 --max 3",
 }
 
 #: The function whose times the summary's geometric mean is over (the derivative).
 DERIVATIVE = {"hello": "double", "lse": "gradient", "llsq": "gradient", "gmm": "jacobian",
-              "kmeans": "dir", "det": "gradient"}
+              "kmeans": "dir", "det": "gradient", "ba": "jacobian"}
 
 TOOLS = ("accel", "jax", "pytorch", "manual")
 GOLDEN = {"hello", "gmm", "lstm", "ba", "ht", "kmeans", "ode", "llsq", "det", "lse"}

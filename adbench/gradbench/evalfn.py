@@ -75,7 +75,7 @@ def floats(value, what: str, ndim: int) -> np.ndarray:
         raise InputError(f"input field {what!r}: not an array of numbers ({e})") from None
     if a.ndim != ndim:
         raise InputError(f"input field {what!r}: expected rank {ndim}, got shape {a.shape}")
-    return np.ascontiguousarray(a)
+    return np.asarray(a, order="C")  # ascontiguousarray would make a 0-d array 1-d
 
 
 def integer(value, what: str, lo: int = 0) -> int:
