@@ -81,9 +81,13 @@ def program(ell: int):
             cols.append(A.map(lambda t: t[0], both))
             masks = A.reshape((sizes[k + 1],), A.map(lambda t: t[1], both))
 
+        # the base minors' sorted columns, an integer array of their own, so that the
+        # differentiated program reads ``a`` at precomputed indices (no loops to reverse)
+        leaf_cols = A.generate((sizes[base], ell - base),
+                               lambda ix: _jth_free(masks[ix[0]], ix[1])[0])
+
         def leaf(i):
-            found = [_jth_free(masks[i], j)[0] for j in range(ell - base)]
-            return _base_minor(a, base, found)
+            return _base_minor(a, base, [leaf_cols[i, j] for j in range(ell - base)])
 
         vals = A.generate((sizes[base],), leaf)
         for k in reversed(range(base)):                     # backward: expand row k
