@@ -246,3 +246,29 @@ def test_ba_against_the_numpy_reference():
         full = np.asarray(getattr(ref, name))
         want = np.concatenate([full[:30], full[-1:]])
         np.testing.assert_allclose(jac[name], want, rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+def _ode_numpy(x, s):
+    h, y = 2.0 / s, np.zeros_like(x)
+
+    def f(y):
+        return np.concatenate([x[:1], x[1:] * y[:-1]])
+
+    for _ in range(s):
+        k1 = f(y)
+        k2 = f(y + h * k1 / 2)
+        k3 = f(y + h * k2 / 2)
+        k4 = f(y + h * k3)
+        y = y + h * (k1 + 2 * k2 + 2 * k3 + k4) / 6
+    return y
+
+
+def test_ode_against_numpy_and_central_differences():
+    x, s = np.array([0.4, 0.9, 0.2, 0.7]), 3
+    tool = defined("ode")
+    inp = {"x": x.tolist(), "s": s}
+    np.testing.assert_allclose(call(tool, "ode", "primal", inp), _ode_numpy(x, s),
+                               rtol=1e-13)
+    h, eye = 1e-6, np.eye(x.size)
+    fd = [(_ode_numpy(x + h * e, s)[-1] - _ode_numpy(x - h * e, s)[-1]) / (2 * h) for e in eye]
+    np.testing.assert_allclose(call(tool, "ode", "gradient", inp), fd, rtol=1e-7, atol=1e-9)

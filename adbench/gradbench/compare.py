@@ -13,6 +13,12 @@ minimum time and the ratio accel / tool (above 1: accel is slower), the geometri
 of the ratios over each eval's derivative function, and writes ``DIR/gradbench.csv`` and a
 log-log plot per eval (``DIR/gradbench-EVAL.png``: time against input size, the product
 of the numbers in the input's description; skipped if matplotlib is missing).
+
+Every tool runs on one thread unless ``--threaded`` is given (accel with
+``NUMBA_NUM_THREADS=1``, JAX and PyTorch without ``--multithreaded``, which pins them to the
+first CPU, the C++ without OpenMP): on a machine shared with other work, a parallel launch
+waits for every worker thread to be scheduled, and accel's many short kernel launches then
+measure the scheduler rather than the program.
 """
 
 from __future__ import annotations
@@ -38,22 +44,27 @@ SIZES = {
     "kmeans": "-k 10 100 -n 10000 -d 8 16",
     "det": "-l 5 6 7",
     "ba": "--min 1 --max 3",
+    "ode": "-n 1000 10000 -s 1 10",
 }
 
 #: The function whose times the summary's geometric mean is over (the derivative).
 DERIVATIVE = {"hello": "double", "lse": "gradient", "llsq": "gradient", "gmm": "jacobian",
-              "kmeans": "dir", "det": "gradient", "ba": "jacobian"}
+              "kmeans": "dir", "det": "gradient", "ba": "jacobian",
+              "ode": "gradient"}
 
 TOOLS = ("accel", "jax", "pytorch", "manual")
 GOLDEN = {"hello", "gmm", "lstm", "ba", "ht", "kmeans", "ode", "llsq", "det", "lse"}
 
 
-def tool_command(tool: str, ev: str, gb: str):
+def tool_command(tool: str, ev: str, gb: str, threaded: bool):
     """The command running ``tool`` for eval ``ev``, or a reason why it cannot run here."""
     if tool == "accel":
-        return [sys.executable, "-m", "accel.adbench.gradbench"]
+        pin = [] if threaded else ["env", "NUMBA_NUM_THREADS=1"]
+        return pin + [sys.executable, "-m", "accel.adbench.gradbench"]
     if tool == "manual":
-        return ["manual"] if ev in GOLDEN else f"GradBench has no hand-written C++ {ev}"
+        if ev not in GOLDEN:
+            return f"GradBench has no hand-written C++ {ev}"
+        return ["manual"] + (["--multithreaded"] if threaded else [])
     lib = {"jax": "jax", "pytorch": "torch"}[tool]
     folder = os.path.join(gb, "python", "gradbench", "gradbench", "tools", tool)
     if not os.path.exists(os.path.join(folder, f"{ev}.py")):
@@ -62,7 +73,7 @@ def tool_command(tool: str, ev: str, gb: str):
         return f"{lib} is not installed"
     cmd = ["env", "PYTHONPATH=" + os.path.join(gb, "python", "gradbench"), sys.executable,
            os.path.join(folder, "run.py")]
-    return cmd + (["--multithreaded"] if tool == "jax" else [])
+    return cmd + (["--multithreaded"] if threaded else [])
 
 
 def run_one(gb: str, ev: str, args: list, cmd: list, timeout: float) -> dict:
@@ -169,6 +180,8 @@ def main(argv=None) -> int:
     ap.add_argument("--min-runs", type=int, default=3)
     ap.add_argument("--min-seconds", type=float, default=0.5)
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--threaded", action="store_true",
+                    help="let every tool use all cores (default: one thread each)")
     ap.add_argument("--set", action="append", default=[], metavar='EVAL="ARGS"',
                     help="replace an eval's input arguments")
     a = ap.parse_args(argv)
@@ -187,7 +200,7 @@ def main(argv=None) -> int:
             args += ["--min-runs", str(a.min_runs), "--min-seconds", str(a.min_seconds)]
         results = {}
         for t in a.tools.split(","):
-            cmd = tool_command(t, ev, gb)
+            cmd = tool_command(t, ev, gb, a.threaded)
             if isinstance(cmd, str):
                 print(f"[{ev}] skipping {t}: {cmd}", flush=True)
                 continue

@@ -22,7 +22,7 @@ import traceback
 
 #: Module name -> Python module implementing it (each has ``FUNCTIONS``).
 MODULES = {name: f"accel.adbench.gradbench.{name}"
-           for name in ("hello", "lse", "llsq", "gmm", "kmeans", "det", "ba")}
+           for name in ("hello", "lse", "llsq", "gmm", "kmeans", "det", "ba", "ode")}
 
 
 class Tool:
