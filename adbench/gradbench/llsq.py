@@ -3,8 +3,8 @@
     y(x) = 1/2 sum_{i<n} (s_i - sum_{j<m} x_j t_i^j)^2,  t_i = -1 + 2i/(n-1),  s_i = sign(t_i)
 
 ``n`` enters the program as a rank-0 int64 array (so one compiled program serves every
-``n`` and ``m``); the powers ``t_i^j`` are a ``generate`` (they do not depend on ``x``, so
-the gradient does not differentiate them), and the gradient is ``A.gradientA``.
+``n`` and ``m``); the powers ``t_i^j`` are a product scan (they do not depend on ``x``,
+so the gradient does not differentiate them), and the gradient is ``A.gradientA``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ def _t(i, n):
 def objective(x, nn):
     n = A.the(nn)
     m = x.shape[0]
-    pw = A.generate((n, m), lambda ix: _t(ix[0], n) ** A.to_float(ix[1]))
+    # t_i^j as a running product along j (a scan), as the eval's C++ and JAX tools do
+    pw = A.scanl1(lambda a, b: a * b,
+                  A.generate((n, m), lambda ix: A.cond(ix[1] == 0, 1.0, _t(ix[0], n))))
     fit = A.sum(A.zip_with(lambda p, xv: p * xv, pw, A.replicate((n, A.All), x)))
 
     def residual(i):
