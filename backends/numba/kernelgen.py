@@ -17,8 +17,8 @@ hooks:
 * ``load(buf, pos)`` and ``ALWAYS_PASS``: a checked read's spelling.
 
 Expression nodes are dispatched through the table ``_EXP`` (node type -> method).
-``step_texts`` walks a kernel program's blocks and names every distinct step's
-functions once (identical steps share them); ``assemble`` joins a module.
+``loop_steps`` walks a kernel program's blocks; ``StepTexts`` names every distinct
+step's functions once (identical steps share them) and joins the module.
 
 The primitives are in ``prims`` (a mixin), constants and casts in ``literals``.
 Imports only ``accel`` (ast, errors, fusion.kernels) and this folder's ``literals``,
