@@ -55,7 +55,7 @@ def kprog(params, steps, result):
 def kernel_asm(runner, name_pattern: str):
     """``(python function, x86 assembly)`` of the generated function of ``runner`` whose
     name matches ``name_pattern`` (e.g. ``k\\d+_b``), compiled again uncached (numba
-    cannot inspect cached code) with codegen.FLAGS, through the same SLP wrapper."""
+    cannot inspect cached code) with emitter.FLAGS, through the same SLP wrapper."""
     import inspect
     import re
 

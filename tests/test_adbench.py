@@ -84,7 +84,7 @@ def test_gmm_gradient_kernels_never_build_the_point_component_matrix_products():
     from accel.fusion.fuse import fuse
     from accel.fusion.kernels import KFold, KGenerate
     from accel.pipeline import optimise
-    from accel.backends.cpu.codegen import _outer_major
+    from accel.backends.cpu.fold import outer_major
 
     inp = aio.read_gmm(gmm_file("1k/gmm_d10_K5.txt"))
     args = gmm.GMMRunner("fused")._args(inp, inp.x_stored, inp.n, 1.0)
@@ -96,7 +96,7 @@ def test_gmm_gradient_kernels_never_build_the_point_component_matrix_products():
     assert max(len(s.shape.type.items) for s in gens) <= 3
     assert len(steps) <= 45
     # sums over points of the (K, D, D) and (K, D) adjoints run interchanged
-    assert sum(_outer_major(s) for s in folds) >= 3
+    assert sum(outer_major(s) for s in folds) >= 3
 
 
 def test_logsumexp_floor_keeps_values_and_drops_only_subnormal_weights():

@@ -557,7 +557,7 @@ print("OK")
 def _cpu_cache(tmp_path):
     if not usable("cpu"):
         pytest.skip("the cpu backend is not available")
-    cache = pytest.importorskip("accel.backends.cpu.cache")
+    cache = pytest.importorskip("accel.backends.numba.cache")
     if not hasattr(cache, "cache_dir"):
         pytest.skip("the cpu backend does not expose its cache directory")
     env = {"ACCEL_CACHE_DIR": str(tmp_path)}

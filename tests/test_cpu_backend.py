@@ -27,8 +27,9 @@ from accel.errors import OutOfBoundsError, ShapeError  # noqa: E402
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold,  # noqa: E402
                                   KGenerate, KPermute, KScan, KUse)
 from accel.backends.fused import evaluate  # noqa: E402
-from accel.backends.cpu import cache, codegen, prepare_kernels  # noqa: E402
+from accel.backends.cpu import codegen, fold, permute, prepare_kernels, scan  # noqa: E402
 from accel.backends.cpu.runtime import POOL_MIN_BYTES  # noqa: E402
+from accel.backends.numba import cache  # noqa: E402
 from kernel_builders import (P, at, av, dim, f64, i64, ix_lam, kprog, lam, sh,  # noqa: E402
                              unary_prog)
 
@@ -343,9 +344,9 @@ def test_fold_of_exp_or_log_buffers_its_source_and_sums_in_order(op, small_chunk
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Chunk long folds/scans and parallel scatters from small sizes (fast references)."""
-    monkeypatch.setattr(codegen, "FOLD_CHUNK_MIN_N", 100)
-    monkeypatch.setattr(codegen, "SCAN_CHUNK_MIN_N", 100)
-    monkeypatch.setattr(codegen, "PERMUTE_PAR_MIN_SRC", 100)
+    monkeypatch.setattr(fold, "FOLD_CHUNK_MIN_N", 100)
+    monkeypatch.setattr(scan, "SCAN_CHUNK_MIN_N", 100)
+    monkeypatch.setattr(permute, "PERMUTE_PAR_MIN_SRC", 100)
 
 
 def test_chunked_fold_non_commutative_gives_sequential_result(small_chunks):
@@ -443,7 +444,7 @@ def test_fold_rows_of_rank3_outer_shapes_use_incremental_indices(monkeypatch):
         got, want = both(kp, [x], runner=r)
         assert_same(got, want, rtol=1e-13, atol=1e-13)
     assert r.stats()["launches"].get("b_parallel", 0) >= 1
-    monkeypatch.setattr(codegen, "FOLD_BLOCK_MAX_OPS", 0)
+    monkeypatch.setattr(fold, "FOLD_BLOCK_MAX_OPS", 0)
     r = prepare_kernels(kp)
     for shape in [(3, 4, 5, 6), (40, 30, 7, 3), (2, 1, 3, 0)]:
         x = rng.standard_normal(shape)
@@ -481,7 +482,7 @@ def test_blocked_row_folds_match_the_sequential_fold_exactly(monkeypatch):
         launches = r.stats()["launches"]
         assert launches.get("b_serial", 0) + launches.get("b_parallel", 0) >= 4
         assert launches.get("b_parallel", 0) >= 1
-    monkeypatch.setattr(codegen, "FOLD_BLOCK_MAX_OPS", 0)
+    monkeypatch.setattr(fold, "FOLD_BLOCK_MAX_OPS", 0)
     assert [p.blocked for p in prepare_kernels(kp).gen.plans.values()] == [False]
 
 
@@ -592,13 +593,12 @@ def test_permute_add_many_collisions_matches_add_at(small_chunks):
 def test_parallel_scatters_take_as_many_private_buffers_as_pay():
     """Private buffers cost an initialisation and a merge per target: at most two
     scatters' worth of elements (a function of the shapes, so of no thread count)."""
-    from accel.backends.cpu.runtime import _permute_chunks
-    assert _permute_chunks(16, 1_000_000) == codegen.PERMUTE_CHUNKS
-    assert _permute_chunks(50_000, 200_000) == 8
-    assert _permute_chunks(52_800, 102_400) == 2  # the GMM's lower-triangle gradients
-    assert _permute_chunks(200_000, 200_000) == 2
-    assert _permute_chunks(200_001, 200_000) == 0  # two buffers would cost more
-    assert _permute_chunks(10, codegen.PERMUTE_PAR_MIN_SRC - 1) == 0  # too few sources
+    assert permute.permute_chunks(16, 1_000_000) == permute.PERMUTE_CHUNKS
+    assert permute.permute_chunks(50_000, 200_000) == 8
+    assert permute.permute_chunks(52_800, 102_400) == 2  # the GMM's lower-triangle gradients
+    assert permute.permute_chunks(200_000, 200_000) == 2
+    assert permute.permute_chunks(200_001, 200_000) == 0  # two buffers would cost more
+    assert permute.permute_chunks(10, permute.PERMUTE_PAR_MIN_SRC - 1) == 0  # too few sources
 
 
 @pytest.mark.parametrize("check", [False, True])

@@ -14,7 +14,7 @@ import accel as A
 from accel.fusion.kernels import KFold, KGenerate
 from accel.backends.fused import evaluate
 from accel.backends.cpu import prepare_kernels
-from accel.backends.cpu.layout import transpose_reads
+from accel.backends.cpu.transpose import transpose_reads
 from accel.ast import nodes as N
 from accel.ast.types import float64
 from kernel_builders import P, at, av, dim, ix_lam, kernel_asm, kprog, lam, sh
@@ -155,12 +155,12 @@ def test_sums_of_outer_products_fold_in_plane_blocks(fold_first):
     every row lands in its place when the planes do not divide that dimension, the last
     dimension is not a multiple of the block widths, tiles and tasks start mid-row, and
     the fold has no seed; ``max`` folds too."""
-    from accel.backends.cpu import codegen
+    from accel.backends.cpu import fold as fold_step
     rng = np.random.default_rng(7)
     for op, seeded in (("add", True), ("add", False), ("max", True)):
         kp = _outer_prog(fold_first, op, seeded)
         (fold,) = kp.body.steps
-        assert codegen._plane_blocked(fold)
+        assert fold_step.plane_blocked(fold)
         runner = prepare_kernels(kp)
         # (phase b's x[k, c, j] is first copied transposed: ``layout``)
         assert [p.outer for p in runner.gen.plans.values()][-1] == fold_first
@@ -188,7 +188,7 @@ def test_sums_of_outer_products_fold_in_plane_blocks(fold_first):
 def test_plane_blocks_only_for_outer_products():
     """A matrix-vector product (every read depends on the rows' second to last index,
     or none on the last) keeps one plane per block."""
-    from accel.backends.cpu import codegen
+    from accel.backends.cpu import fold as fold_step
     kp, _ = _matvec_prog(True)
     (fold,) = kp.body.steps
-    assert not codegen._plane_blocked(fold)
+    assert not fold_step.plane_blocked(fold)

@@ -171,8 +171,8 @@ def test_parity_corpus_matches_interpreter(name):
 def test_extra_corpus_permute_strategies_and_primitives():
     """The programs the PTX check adds: CAS and lock permutes, integer atomics, float32,
     every float primitive (exact on the simulator: NumPy implements both sides)."""
-    from accel.backends.cuda.ptxcheck import _extra_corpus
-    for name, (fn, args) in sorted(_extra_corpus().items()):
+    from accel.backends.cuda.ptxcheck import extra_corpus
+    for name, (fn, args) in sorted(extra_corpus().items()):
         got, runner = assert_matches_interpreter(fn, *args, rtol=1e-6, atol=1e-12)
         if name == "x_prims":
             assert len(flatten(got)) == 4

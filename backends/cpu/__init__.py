@@ -2,10 +2,19 @@
 
 ``prepare_kernels(kp, check_bounds)`` generates the source of a module of numba
 functions for the loop steps (``codegen``), loads it through a content-addressed disk
-and memory cache (``cache``), and returns a ``Runner``: ``runner(args)`` runs the
-program with host orchestration in Python (``runtime``: shapes and conditions via
-``hosteval``, allocation, ``KAcond``/``KAwhile``, ``KUse`` constants passed at run
-time) and returns NumPy values like ``backends.interpreter.evaluate``.
+and memory cache (``backends.numba.cache``), and returns a ``Runner``: ``runner(args)``
+runs the program with host orchestration in Python (``runtime``: shapes and conditions
+via ``backends.numba.hosteval``, allocation, ``KAcond``/``KAwhile``, ``KUse`` constants
+passed at run time) and returns NumPy values like ``backends.interpreter.evaluate``.
+
+Modules: ``codegen`` (the driver: a step kind's module per loop step), one module per
+loop-step kind holding its kernel emitter and its launch rule (``generate``, ``fold``,
+``scan``, ``permute``), ``emitter`` (the CPU dialect of the shared scalar emitter, the
+row helpers), ``plan`` (the plan types and the serial/parallel choice), ``runtime``
+(the host walk, buffer pool), ``straight`` (straight-line replays), ``transpose``
+(transposed copies of matrices read across a fold's rows), ``mathlib``, ``fpmode`` and
+``vectorize`` (leaf modules).  May import ``accel`` (ast, errors, fusion, types) and
+``backends.numba``; never ``backends.cuda``.
 ``runner.stats()`` reports ``kernels`` (parallel loops, ``count_loops``),
 ``compile_seconds`` (numba compilation or disk-cache loading done by this runner),
 ``numba_cache_hits``, ``launches`` (which phases ran serially / in parallel),
@@ -33,7 +42,7 @@ Design in brief (details in the modules' docstrings):
   accumulators, SLP-vectorized; sums of outer products also 2 rows of the dimension
   before the last, sharing their loads);
   folds whose source is laid out along the rows (sums over points) interchange their
-  loops; a matrix read across a fold's rows is first copied transposed (``layout``);
+  loops; a matrix read across a fold's rows is first copied transposed (``transpose``);
   few long rows are cut into 64 chunks (a fixed number, so results do not depend
   on the thread count) folded in parallel and combined in chunk order; only
   associativity is assumed.

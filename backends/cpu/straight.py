@@ -1,6 +1,6 @@
 """A straight-line program's replayed plan as one flat list of kernel calls.
 
-Replaying a step's plan (``runtime._StepCall``) still cost the Python host about 7 us
+Replaying a step's plan (``plan.StepCall``) still cost the Python host about 7 us
 a step: buffers from the pool, argument lists, launch bookkeeping, the bounds flag.  A
 GMM gradient is 35 steps and 53 launches, so on 1000 points the host took 0.4 ms of a
 0.63 ms call, while numba's own dispatch of a call is about 0.5 us.  When a program's
@@ -25,7 +25,10 @@ import numpy as np
 from accel.ast.types import leaves
 from accel.fusion.kernels import KUse, step_outs
 
-from .codegen import ERR_SIZE
+from accel.backends.numba.host import ArrVal
+from accel.backends.numba.kernelgen import ERR_SIZE
+
+from .plan import guards_hold
 
 __all__ = ["StraightLine", "eligible"]
 
@@ -51,8 +54,6 @@ class StraightLine:
     bound into the launches once."""
 
     def __init__(self, runner, plans: list, threads: int):
-        from .runtime import ArrVal, _guards_hold  # (runtime imports this module)
-        self.ArrVal, self.guards_hold = ArrVal, _guards_hold
         kp = runner.kp
         self.plans = plans
         self.threads = threads
@@ -126,13 +127,13 @@ class StraightLine:
         ``ArrVal`` per argument), or None when the guards fail, the arena is busy or a
         bounds check failed (the caller then runs the program step by step)."""
         env = {p.name: v for p, v in zip(runner.kp.params, inputs)}
-        if not self.guards_hold(self.guards, env) or not self.lock.acquire(blocking=False):
+        if not guards_hold(self.guards, env) or not self.lock.acquire(blocking=False):
             return None
         try:
             take = runner._pool.take
             res, bufs = {}, [inputs[i].leaves[k] for i, k in self.inputs]
             for name, shape, lv in self.results:
-                res[name] = self.ArrVal(shape, [take(size, dt, taken) for size, dt in lv])
+                res[name] = ArrVal(shape, [take(size, dt, taken) for size, dt in lv])
                 bufs += res[name].leaves
             err = self.err
             for fills, calls in self.steps:

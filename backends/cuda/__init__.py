@@ -2,7 +2,7 @@
 
 ``prepare_kernels(kp, check_bounds)`` generates the source of a module with one
 ``@cuda.jit(cache=True)`` kernel per loop step (``codegen``), loads it through the
-content-addressed module cache shared with the CPU backend (``backends.cpu.cache``,
+content-addressed module cache shared with the CPU backend (``backends.numba.cache``,
 directory ``.../cuda``), and returns a ``Runner`` whose ``runner(args)`` copies the
 inputs to the device, launches the kernels with host orchestration in Python
 (``runtime``) and copies the results back as NumPy values, like
@@ -14,16 +14,21 @@ It needs numba-cuda (``pip install "numba-cuda[cu13]"``, or ``pip install -e
 before ``numba.cuda`` is first imported); otherwise ``prepare_kernels`` raises
 ``BackendError``.  ``python -m accel.backends.cuda.ptxcheck`` compiles every kernel of a
 corpus to PTX without a GPU.
+
+Modules: ``codegen`` (the CUDA dialect of the shared scalar emitter and one kernel per
+step kind), ``runtime`` (the host walk on the device), ``intrinsics`` (libdevice or
+NumPy under the simulator), ``ptxcheck``.  May import ``accel`` (ast, errors, fusion,
+types) and ``backends.numba``; never ``backends.cpu``.
 """
 
 from __future__ import annotations
 
 from accel.errors import BackendError
 
-__all__ = ["available", "prepare_kernels"]
+__all__ = ["available", "cuda_module", "prepare_kernels"]
 
 
-def _cuda_module():
+def cuda_module():
     """``numba.cuda`` from numba-cuda, or a ``BackendError`` saying why not."""
     try:
         import numba_cuda  # noqa: F401
@@ -41,7 +46,7 @@ def _cuda_module():
 def available() -> tuple:
     """``(True, "gpu" | "simulator")`` or ``(False, reason)``."""
     try:
-        cuda = _cuda_module()
+        cuda = cuda_module()
         from .intrinsics import SIMULATOR
     except BackendError as e:
         return False, str(e)

@@ -1,8 +1,9 @@
 """Code generation: a ``KernelProgram``'s loop steps as the source of a numba-cuda module.
 
-The scalar-expression emitter is the CPU backend's (``backends.cpu.codegen.KernelGen``:
-scalarised tuples, ``Cond``/``While`` as statements, a cast on every primitive result);
-``CudaKernelGen`` changes only what differs on a GPU:
+The scalar-expression emitter is the one the numba backends share
+(``accel.backends.numba.kernelgen.ScalarEmitter``: scalarised tuples, ``Cond``/``While``
+as statements, a cast on every primitive result); ``CudaKernelGen`` supplies only the
+dialect hooks that differ on a GPU:
 
 * float functions go through ``backends.cuda.intrinsics`` (libdevice on a GPU, NumPy
   ufuncs under the simulator: IEEE ``inf``/``nan`` in both, never a Python exception);
@@ -34,17 +35,16 @@ No warp shuffles or votes are used: everything runs on the simulator.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from accel.ast import nodes as N
+from accel.ast.traverse import recursion_headroom
 from accel.ast.types import Scalar, leaves
 from accel.errors import BackendError
-from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
-                                  KUse)
-from accel.backends.cpu import codegen as cpu
-from accel.backends.cpu.codegen import (ERR_SIZE, KernelGen, Site, cast, fast_comb, flat,  # noqa: F401
-                                  rebuild)
+from accel.fusion.kernels import (KBlock, KFold, KGenerate, KPermute, KScan)
+from accel.backends.numba.kernelgen import (ERR_SIZE, ScalarEmitter, Site, StepTexts,
+                                           fast_comb, loop_steps, out_names)
+from accel.backends.numba.literals import CAST, cast, typed_const
+from accel.backends.numba.trees import flat, rebuild
 
 from . import intrinsics
 
@@ -66,25 +66,6 @@ def _header(block: int) -> str:
     return HEADER.format(names=names, block=block)
 
 
-def typed_const(value, t: Scalar) -> str:
-    """A typed constant: ``np.float64(...)``, ``np.int64(...)``, ``True``/``False``."""
-    if t.is_bool:
-        return "True" if value else "False"
-    if t.is_int:
-        v = int(value)
-        if v == -(1 << 63):
-            return "np.int64(-9223372036854775807 - 1)"
-        return cast(t, repr(v))
-    v = float(value)
-    if math.isnan(v):
-        s = "np.nan"
-    elif math.isinf(v):
-        s = "np.inf" if v > 0 else "-np.inf"
-    else:
-        s = repr(v)
-    return cast(t, s)
-
-
 def _bits(t: Scalar) -> int:
     return 32 if t.name in ("float32", "int32") else 64
 
@@ -98,23 +79,21 @@ _INT_RANGE = {"int64": ("-9.223372036854775808e18", "9.223372036854775808e18"),
               "int32": ("-2147483648.0", "2147483648.0")}
 
 
-class CudaKernelGen(KernelGen):
-    """The CPU emitter in the CUDA dialect (see the module docstring)."""
+class CudaKernelGen(ScalarEmitter):
+    """The shared emitter in the CUDA dialect (see the module docstring)."""
+
+    BACKEND = "cuda"
+    ALWAYS_PASS = True  # no pass fills empty blocks afterwards, as on the CPU
 
     def __init__(self, check_bounds: bool):
         super().__init__(check_bounds)
-        self.lines: list = []  # the body of the (one) kernel function
-        self.ind = 1
+        self.lines = self.body  # the body of the (one) kernel function
         self.extra: list = []  # (name, descriptor) of extra array arguments after the outputs
 
-    # ---- statements.  The CPU emitter's expression methods write through these; they
-    # are defined here (not inherited) so that the CUDA dialect does not depend on how
-    # the CPU backend organises its functions or which casts it elides.
+    # ---- dialect hooks
 
-    def emit(self, line: str) -> None:
-        if self.ind > 90:
-            raise BackendError("cuda backend: expression nesting too deep for generated code")
-        self.lines.append("    " * self.ind + line)
+    def const(self, value, t: Scalar) -> str:
+        return typed_const(value, t)
 
     @staticmethod
     def tc(t: Scalar, expr: str) -> str:
@@ -122,55 +101,20 @@ class CudaKernelGen(KernelGen):
         (IEEE arithmetic, wrap-around), and no numba int32 -> int64 promotion."""
         return cast(t, expr)
 
-    def assign(self, t: Scalar, expr: str, name: str | None = None) -> str:
-        name = name or self.fresh()
-        self.emit(f"{name} = {cast(t, expr)}")
-        return name
+    def math(self, fn: str, t: Scalar) -> str:
+        return _f(fn, t)
 
-    def put(self, bufs: list, pos: str, ts: list, value) -> None:
-        """``bufs[k][pos] = value`` for each leaf (cast to its type)."""
-        for b, t, a in zip(bufs, ts, flat(value)):
-            self.emit(f"{b}[{pos}] = {cast(t, a)}")
+    def math_prim(self, op: str, args: list, t0: Scalar, rt: Scalar) -> str | None:
+        if op in intrinsics.UNARY and t0.is_float:
+            return self.assign(rt, f"{_f(intrinsics.UNARY[op], t0)}({args[0]})")
+        if op == "atan2":
+            return self.assign(rt, f"{_f('atan2', t0)}({args[0]}, {args[1]})")
+        if op == "pow" and t0.is_float:
+            return self.assign(rt, f"{_f('pow', t0)}({args[0]}, {args[1]})")
+        return None
 
-    def set_vars(self, names: list, ts: list, value) -> None:
-        for n, t, a in zip(names, ts, flat(value)):
-            self.assign(t, a, n)
-
-    def update(self, names: list, ts: list, value) -> None:
-        """Assign ``value`` to ``names`` simultaneously (its atoms may be those names)."""
-        atoms = flat(value)
-        if len(names) == 1:
-            self.assign(ts[0], atoms[0], names[0])
-            return
-        tmp = [self.assign(t, a) for t, a in zip(ts, atoms)]
-        for n, a in zip(names, tmp):
-            self.emit(f"{n} = {a}")
-
-    # ---- values
-
-    def e_Const(self, e: N.Const):
-        return typed_const(e.value, e.ty)
-
-    def read(self, arr, ix: list, elt) -> list:
-        ts = leaves(elt)
-        if not (self.check and ix):
-            return super().read(arr, ix, elt)
-        names = [self.fresh("v") for _ in ts]
-        self.emit(f"if {self.in_bounds(ix, arr.dims)}:")
-        self.ind += 1
-        off = self.offset(ix, arr.dims)
-        for n, b in zip(names, arr.leaves):
-            self.emit(f"{n} = {b}[{off}]")
-        self.emit("pass")
-        self.ind -= 1
-        self.emit("else:")
-        self.ind += 1
-        self.record(Site(f"index into array {arr.avar.name}", arr.avar, len(ix)), ix)
-        for n, t in zip(names, ts):
-            self.emit(f"{n} = {typed_const(0, t)}")
-        self.emit("pass")
-        self.ind -= 1
-        return names
+    def load(self, buf: str, pos: str) -> str:
+        return f"{buf}[{pos}]"
 
     def record(self, site: Site, ix: list) -> None:
         self.sites.append(site)
@@ -179,74 +123,12 @@ class CudaKernelGen(KernelGen):
             self.emit(f"    err[{k + 1}] = {i}")
         self.emit("    pass")
 
+    def put(self, bufs: list, pos: str, ts: list, value) -> None:
+        """``bufs[k][pos] = value`` for each leaf (cast to its type)."""
+        for b, t, a in zip(bufs, ts, flat(value)):
+            self.emit(f"{b}[{pos}] = {cast(t, a)}")
+
     # ---- primitives
-
-    def prim(self, op: str, args: list, ats: list, rt: Scalar) -> str:
-        t0 = ats[0]
-        if op in intrinsics.UNARY and t0.is_float:
-            return self.assign(rt, f"{_f(intrinsics.UNARY[op], t0)}({args[0]})")
-        if op == "atan2":
-            return self.assign(rt, f"{_f('atan2', t0)}({args[0]}, {args[1]})")
-        if op == "pow" and t0.is_float:
-            return self.assign(rt, f"{_f('pow', t0)}({args[0]}, {args[1]})")
-        return super().prim(op, args, ats, rt)
-
-    def float_floordiv(self, args, rt) -> str:
-        # NumPy's npy_floor_divide (exact floor of the quotient), as in the CPU backend.
-        x, y = args
-        r, m, d = self.fresh(), self.fresh("m"), self.fresh("d")
-        fmod, floor, copysign = (_f(n, rt) for n in ("fmod", "floor", "copysign"))
-
-        def c(e):
-            return cast(rt, e)
-        self.emit(f"if {y} == 0:")
-        self.emit(f"    {r} = {c(f'{x} / {y}')}")
-        self.emit("else:")
-        self.emit(f"    {m} = {c(f'{fmod}({x}, {y})')}")
-        self.emit(f"    {d} = {c(f'({x} - {m}) / {y}')}")
-        self.emit(f"    if {m} != 0 and (({y} < 0) != ({m} < 0)):")
-        self.emit(f"        {d} = {c(f'{d} - 1')}")
-        self.emit(f"    if {d} != 0:")
-        self.emit(f"        {r} = {c(f'{floor}({d})')}")
-        self.emit(f"        if {d} - {r} > 0.5:")
-        self.emit(f"            {r} = {c(f'{r} + 1')}")
-        self.emit("    else:")
-        self.emit(f"        {r} = {c(f'{copysign}({typed_const(0.0, rt)}, {x} / {y})')}")
-        return r
-
-    def float_mod(self, args, rt) -> str:
-        # NumPy's npy_divmod: fmod, then move the remainder to the divisor's sign.
-        x, y = args
-        m = self.fresh("m")
-        fmod, copysign = _f("fmod", rt), _f("copysign", rt)
-        self.emit(f"{m} = {cast(rt, f'{fmod}({x}, {y})')}")
-        self.emit(f"if {y} != 0:")
-        self.emit(f"    if {m} != 0:")
-        self.emit(f"        if ({y} < 0) != ({m} < 0):")
-        self.emit(f"            {m} = {cast(rt, f'{m} + {y}')}")
-        self.emit("    else:")
-        self.emit(f"        {m} = {cast(rt, f'{copysign}({typed_const(0.0, rt)}, {y})')}")
-        return m
-
-    def int_mod(self, args, rt) -> str:
-        x, y = args
-        r = self.fresh()
-        self.emit(f"if {y} == 0 or {y} == -1:")
-        self.emit(f"    {r} = {typed_const(0, rt)}")
-        self.emit("else:")
-        self.emit(f"    {r} = {cast(rt, f'{x} % {y}')}")
-        return r
-
-    def floordiv(self, args, rt) -> str:
-        x, y = args
-        r = self.fresh()
-        self.emit(f"if {y} == 0:")
-        self.emit(f"    {r} = {typed_const(0, rt)}")
-        self.emit(f"elif {y} == -1:")
-        self.emit(f"    {r} = {cast(rt, '-' + x)}")
-        self.emit("else:")
-        self.emit(f"    {r} = {cast(rt, f'{x} // {y}')}")
-        return r
 
     def convert(self, x: str, src: Scalar, rt: Scalar) -> str:
         if rt.is_int and src.is_float:
@@ -282,10 +164,6 @@ class CudaKernelGen(KernelGen):
         self.ind += 1
 
 
-def _out_names(k: int, t) -> list:
-    return [f"r{k}_{j}" for j in range(len(leaves(t.elt)))]
-
-
 def _dtypes(t) -> list:
     return [s.dtype.name for s in leaves(t.elt)]
 
@@ -298,7 +176,7 @@ def gen_generate(s: KGenerate, check: bool, block: int):
     rank = len(s.shape.type.items)
     dims = [g.slot(("out", d)) for d in range(rank)]
     n = g.slot(("size",))
-    outs = [_out_names(k, o.type) for k, o in enumerate(s.outs)]
+    outs = [out_names(k, o.type) for k, o in enumerate(s.outs)]
     k = g.fresh("k")
     g.grid_loop(k, n)
     ix = g.unravel(k, dims)
@@ -314,15 +192,11 @@ def gen_generate(s: KGenerate, check: bool, block: int):
 def gen_fold(s: KFold, check: bool, block: int):
     """One block per row: contiguous per-thread chunks, then an in-order tree."""
     g = CudaKernelGen(check)
-    elt = s.out.type.elt
-    ts = leaves(elt)
-    rank = len(s.shape.type.items)
-    m, n = g.slot(("size",)), g.slot(("n",))
-    dims = [g.slot(("out", d)) for d in range(rank)]
-    outs = _out_names(0, s.out.type)
+    elt, ts, (m, n), dims = g.rows(s)
+    outs = out_names(0, s.out.type)
     shs = [g.fresh("sh") for _ in ts]
     for b, t in zip(shs, ts):
-        g.emit(f"{b} = cuda.shared.array(BLOCK, {cpu._CAST[t.name]})")
+        g.emit(f"{b} = cuda.shared.array(BLOCK, {CAST[t.name]})")
     has, tid = g.fresh("has"), g.fresh("tid")
     g.emit(f"{has} = cuda.shared.array(BLOCK, np.int32)")
     g.emit(f"{tid} = cuda.threadIdx.x")
@@ -403,12 +277,8 @@ def gen_fold(s: KFold, check: bool, block: int):
 def gen_scan(s: KScan, check: bool, block: int):
     """One thread per row, scanning sequentially (left or right, with or without z)."""
     g = CudaKernelGen(check)
-    elt = s.out.type.elt
-    ts = leaves(elt)
-    rank = len(s.shape.type.items)
-    m, n, kout = g.slot(("size",)), g.slot(("n",)), g.slot(("kout",))
-    dims = [g.slot(("out", d)) for d in range(rank)]
-    outs = _out_names(0, s.out.type)
+    elt, ts, (m, n, kout), dims = g.rows(s, ("kout",))
+    outs = out_names(0, s.out.type)
     hz, left = s.z is not None, s.left
     # Left scans with z store element j's partial result at j + 1 (the seed at 0); right
     # scans with z store it at j (the seed at n); the 1-forms store it at j.
@@ -473,7 +343,7 @@ def gen_permute(s: KPermute, check: bool, block: int):
     tn, sn, phase = g.slot(("size",)), g.slot(("ssize",)), g.slot(("phase",))
     tdims = [g.slot(("out", d)) for d in range(trank)]
     sdims = [g.slot(("src", d)) for d in range(srank)]
-    outs = _out_names(0, s.out.type)
+    outs = out_names(0, s.out.type)
     mode = permute_mode(s)
     if mode == "cas" and ts[0].is_float:
         bits = "rbits"
@@ -497,14 +367,8 @@ def gen_permute(s: KPermute, check: bool, block: int):
     k = g.fresh("k")
     g.grid_loop(k, sn)
     ix = g.unravel(k, sdims)
-    tv = g.apply(s.target, (tuple(ix),))
-    keep, tix = tv[0], flat(tv[1])
-    g.emit(f"if {keep}:")
-    g.ind += 1
+    tix = g.scatter_target(s.target, ix, tdims)
     if check and tix:
-        g.emit(f"if not ({g.in_bounds(tix, tdims)}):")
-        g.ind += 1
-        g.record(Site("permute (target index)", None, len(tix)), tix)
         g.emit("continue")
         g.ind -= 1
     pos = g.offset(tix, tdims)
@@ -579,41 +443,24 @@ class Module:
 
 def generate(body: KBlock, check_bounds: bool, block: int = DEFAULT_BLOCK_SIZE) -> Module:
     """The module source for every loop step in ``body`` (and nested blocks)."""
-    from accel.ast.traverse import recursion_headroom
     with recursion_headroom(20000):
         return _generate(body, check_bounds, block)
+
+
+def _rename(text: str, name: str) -> str:
+    return text.replace("def KERNEL(", f"def {name}(", 1)
 
 
 def _generate(body: KBlock, check_bounds: bool, block: int) -> Module:
     if block < 1 or block > 1024:
         raise BackendError(f"cuda backend: block size {block} is not in 1..1024")
-    funcs: dict = {}  # function text (without name) -> name
-    texts: list = []
+    texts = StepTexts()  # identical steps share their kernel
     mod = Module("", block)
-
-    def visit(blk: KBlock):
-        for s in blk.steps:
-            gen = _GEN.get(type(s))
-            if gen is not None:
-                g, outs, types, extra = gen(s, check_bounds, block)
-                text = g.function("KERNEL", outs)
-                name = funcs.get(text)
-                if name is None:
-                    name = funcs[text] = f"k{len(funcs)}"
-                    texts.append(text.replace("def KERNEL(", f"def {name}(", 1))
-                mod.plans[id(s)] = KernelPlan(s, name, list(g.array_order), list(g.layout),
-                                              list(g.sites), g.arg_descriptors(types),
-                                              extra.get("mode"),
-                                              extra.get("block_threads", False))
-            elif isinstance(s, KAcond):
-                visit(s.t)
-                visit(s.e)
-            elif isinstance(s, KAwhile):
-                visit(s.cond)
-                visit(s.body)
-            elif not isinstance(s, KUse):
-                raise BackendError(f"cuda backend: unknown kernel step {type(s).__name__}")
-
-    visit(body)
-    mod.source = _header(block) + "".join("\n\n" + t for t in texts)
+    for s in loop_steps(body, _GEN, "cuda"):
+        g, outs, types, extra = _GEN[type(s)](s, check_bounds, block)
+        name = texts.add(g.function("KERNEL", outs), _rename)
+        mod.plans[id(s)] = KernelPlan(s, name, list(g.array_order), list(g.layout),
+                                      list(g.sites), g.arg_descriptors(types),
+                                      extra.get("mode"), extra.get("block_threads", False))
+    mod.source = texts.module(_header(block))
     return mod

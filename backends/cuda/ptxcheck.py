@@ -36,7 +36,7 @@ UNAVAILABLE = 3  # exit status when cuda.compile_ptx cannot work here
 # --------------------------------------------------------------------------- corpus
 
 
-def _extra_corpus() -> dict:
+def extra_corpus() -> dict:
     import accel as A
 
     rng = np.random.default_rng(7)
@@ -104,7 +104,7 @@ def corpus(quick: bool = False, adbench: bool = False) -> dict:
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         progs.update(mod.CORPUS)
-    progs.update(_extra_corpus())
+    progs.update(extra_corpus())
     if quick and not adbench:
         return progs
     from accel.adbench import ba, gmm
@@ -145,7 +145,7 @@ def compile_program(kp, cc=(9, 0), check_bounds: bool = False, block: int = 128)
     """Compile every kernel of ``kp``'s generated module to PTX; ``[(name, ptx), ...]``."""
     from numba import cuda
 
-    from accel.backends.cpu import cache
+    from accel.backends.numba import cache
 
     from . import codegen
     gen = codegen.generate(kp.body, check_bounds, block)
@@ -218,8 +218,8 @@ def main(argv=None) -> int:
         cmd = [sys.executable, "-m", "accel.backends.cuda.ptxcheck"] + list(argv or sys.argv[1:])
         return subprocess.call(cmd, env=env, cwd=os.getcwd())
     cc = tuple(int(p) for p in ns.cc.split("."))
-    from . import _cuda_module
-    _cuda_module()
+    from . import cuda_module
+    cuda_module()
     why = probe(cc)
     if why is not None:
         print(f"PTX compilation is unavailable here ({why}); install numba-cuda[cu13]",

@@ -1,7 +1,8 @@
 """Host orchestration of a kernel program on a GPU (or the CUDA simulator).
 
-Like the CPU backend's runtime (whose argument checking, ``ArrVal`` and host expression
-evaluator it reuses), the host walks the kernel program in Python.  Differences:
+Like the CPU backend's runtime (both use ``backends.numba``'s argument checking,
+``ArrVal``, control flow and host expression evaluator), the host walks the kernel
+program in Python.  Differences:
 
 * every array of a run lives on the device (``ArrVal`` leaves are device arrays): the
   inputs are copied to the device once per call, ``KUse`` constants once per runner,
@@ -18,7 +19,6 @@ evaluator it reuses), the host walks the kernel program in Python.  Differences:
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -27,18 +27,19 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from accel.ast.types import ArrayT, leaves
+from accel.ast.types import leaves
 from accel.errors import BackendError, OutOfBoundsError, ShapeError
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
                                   KUse, KernelProgram, count_loops, show_kernel_program,
                                   step_outs)
-from accel.backends.cpu import cache
-from accel.backends.cpu.hosteval import HostEval
-from accel.backends.cpu.runtime import (ArrVal, _input, _nest, _rebuild_elt, _result_layout,
-                                        _shape_of, _shown, run_control)
+from accel.backends.numba import cache
+from accel.backends.numba.host import (ArrVal, collect_uses, nest, read_input, result_layout,
+                                       run_control, shape_of, shown, size_of)
+from accel.backends.numba.hosteval import HostEval
+from accel.backends.numba.kernelgen import ERR_SIZE
+from accel.backends.numba.trees import rebuild
 
 from . import codegen
-from .codegen import ERR_SIZE
 
 #: Launch configuration on a GPU.  Under the simulator every CUDA thread is a Python
 #: thread and every ``syncthreads`` a barrier among them, so smaller defaults are used
@@ -66,10 +67,6 @@ def default_launch() -> tuple:
 
 
 _ERR = "\0err"  # the env entry of a run's device flag array (never an array name)
-
-
-def _size(shape) -> int:
-    return math.prod(shape)
 
 
 class Runner:
@@ -100,26 +97,9 @@ class Runner:
         self._dev_uses: dict | None = None  # id(KUse) -> device ArrVal (first call)
         self._launches = 0
         self._calls = 0
-        self._collect_uses(kp.body)
+        collect_uses(kp.body, self._uses, "cuda")
 
     # ---- preparation
-
-    def _collect_uses(self, block: KBlock) -> None:
-        for s in block.steps:
-            if isinstance(s, KUse):
-                t = s.out.type
-                if not isinstance(t, ArrayT) or len(leaves(t.elt)) != 1:
-                    raise BackendError(f"cuda backend: use of type {t!r} is not supported")
-                dt = leaves(t.elt)[0].dtype
-                a = np.ascontiguousarray(s.array, dtype=dt)
-                self._uses[id(s)] = ArrVal(tuple(int(x) for x in a.shape),
-                                           [a.reshape(-1).copy()])
-            elif isinstance(s, KAcond):
-                self._collect_uses(s.t)
-                self._collect_uses(s.e)
-            elif isinstance(s, KAwhile):
-                self._collect_uses(s.cond)
-                self._collect_uses(s.body)
 
     def _device(self, v: ArrVal) -> ArrVal:
         return ArrVal(v.shape, [self.cuda.to_device(b) for b in v.leaves])
@@ -142,7 +122,7 @@ class Runner:
         params = self.kp.params
         if len(args) != len(params):
             raise ShapeError(f"program takes {len(params)} arguments, got {len(args)}")
-        host = [_input(x, p.type, f"argument {i} ({p.name})")
+        host = [read_input(x, p.type, f"argument {i} ({p.name})")
                 for i, (p, x) in enumerate(zip(params, args))]
         with self._quiet():
             if self._dev_uses is None:
@@ -157,8 +137,8 @@ class Runner:
 
     def _outputs(self, res: list):
         arrays: list = []
-        layout = _result_layout(self.kp.result_type, arrays)
-        return _nest(layout, [_rebuild_elt(t.elt, iter([b.copy_to_host().reshape(v.shape)
+        layout = result_layout(self.kp.result_type, arrays)
+        return nest(layout, [rebuild(t.elt, iter([b.copy_to_host().reshape(v.shape)
                                                          for b in v.leaves]))
                               for v, t in zip(res, arrays)])
 
@@ -181,18 +161,18 @@ class Runner:
         launches = []  # (blocks, extra size values) per launch
         extra = []  # extra array arguments
         if isinstance(s, KGenerate):
-            shape = _shape_of(ev(s.shape), "generate")
-            size = _size(shape)
+            shape = shape_of(ev(s.shape), "generate")
+            size = size_of(shape)
             outs = [self._alloc(o.type, shape, size) for o in s.outs]
             if size:
                 launches.append((self._grid(size), {}))
         elif isinstance(s, (KFold, KScan)):
             op = "fold" if isinstance(s, KFold) else "scan"
-            shape = _shape_of(ev(s.shape), op)
+            shape = shape_of(ev(s.shape), op)
             n = int(ev(s.n))
             if n < 0:
                 raise ShapeError(f"{op}: negative inner length {n}")
-            size = _size(shape)
+            size = size_of(shape)
             vals[("n",)] = n
             if isinstance(s, KFold):
                 if s.z is None and n == 0:
@@ -208,9 +188,9 @@ class Runner:
                 if size:
                     launches.append((self._grid(size), {}))
         elif isinstance(s, KPermute):
-            shape = _shape_of(ev(s.out_shape), "permute")
-            sshape = _shape_of(ev(s.shape), "permute")
-            size, ssize = _size(shape), _size(sshape)
+            shape = shape_of(ev(s.out_shape), "permute")
+            sshape = shape_of(ev(s.shape), "permute")
+            size, ssize = size_of(shape), size_of(sshape)
             vals[("ssize",)] = ssize
             for d, x in enumerate(sshape):
                 vals[("src", d)] = x
@@ -248,7 +228,7 @@ class Runner:
             site = plan.sites[int(err[0]) - 1]
             ix = tuple(int(i) for i in err[1:1 + site.rank])
             tshape = env[site.avar.name].shape if site.avar is not None else shape
-            raise OutOfBoundsError(f"{site.what}: index {_shown(ix)} is out of bounds for "
+            raise OutOfBoundsError(f"{site.what}: index {shown(ix)} is out of bounds for "
                                    f"shape {tshape}")
 
     def _alloc(self, t, shape: tuple, size: int) -> ArrVal:

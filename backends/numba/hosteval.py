@@ -13,20 +13,10 @@ import numpy as np
 
 from accel.ast import nodes as N
 from accel.ast import prims
-from accel.ast.types import TupleT, bool_, int64
+from accel.ast.types import bool_, int64
 from accel.errors import BackendError, OutOfBoundsError
 
-
-def _rebuild(t, it):
-    if isinstance(t, TupleT):
-        return tuple(_rebuild(x, it) for x in t.items)
-    return next(it)
-
-
-def _flat(v) -> list:
-    if isinstance(v, tuple):
-        return [a for x in v for a in _flat(x)]
-    return [v]
+from .trees import flat, rebuild
 
 
 class HostEval:
@@ -44,10 +34,10 @@ class HostEval:
         return self.exp(e)
 
     def exp(self, e: N.Exp):
-        m = getattr(self, "e_" + type(e).__name__, None)
+        m = _EXP.get(type(e))
         if m is None:
             raise BackendError(f"cpu backend: cannot evaluate {type(e).__name__} on the host")
-        return m(e)
+        return m(self, e)
 
     def e_Const(self, e):
         return e.ty.dtype.type(e.value)
@@ -105,7 +95,7 @@ class HostEval:
 
     def e_Index(self, e):
         av = self.env[e.array.name]
-        ix = tuple(int(i) for i in _flat(self.exp(e.index)))
+        ix = tuple(int(i) for i in flat(self.exp(e.index)))
         if any(not 0 <= i < s for i, s in zip(ix, av.shape)):
             shown = f"({ix[0]},)" if len(ix) == 1 else str(ix)
             raise OutOfBoundsError(f"index into array {e.array.name}: index {shown} is out of "
@@ -116,7 +106,7 @@ class HostEval:
         vals = [b[off] for b in av.leaves]
         if self.log is not None:
             self.log.append(("index", e.array.name, off, tuple(vals)))
-        return _rebuild(e.array.type.elt, iter(vals))
+        return rebuild(e.array.type.elt, iter(vals))
 
     def e_Cond(self, e):
         return self.exp(e.t) if bool(self.exp(e.c)) else self.exp(e.e)
@@ -136,6 +126,12 @@ class HostEval:
 
 
 _MISSING = object()
+
+#: Expression node type -> its evaluation (one method of ``HostEval`` per node).
+_EXP = {N.Const: HostEval.e_Const, N.Var: HostEval.e_Var, N.Let: HostEval.e_Let,
+        N.Tuple: HostEval.e_Tuple, N.Prj: HostEval.e_Prj, N.PrimApp: HostEval.e_PrimApp,
+        N.Shape: HostEval.e_Shape, N.Index: HostEval.e_Index, N.Cond: HostEval.e_Cond,
+        N.While: HostEval.e_While}
 
 #: Primitives on int64 scalars evaluated directly (no one-element arrays): the host's
 #: shape arithmetic.  NumPy scalars wrap around like arrays (warnings are off).

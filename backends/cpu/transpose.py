@@ -1,6 +1,6 @@
 """Transposed copies of the small arrays that folds read across their rows.
 
-The cpu backend folds adjacent rows of a fold together (``codegen._row_blocks``): rows
+The cpu backend folds adjacent rows of a fold together (``fold._row_blocks``): rows
 ``r .. r+15`` of the last dimension accumulate side by side, and a read whose last index
 is the row's last index is 16 consecutive loads, which LLVM's SLP vectorizer turns into
 vector loads, multiplies and adds.  A matrix-vector product written as a fold,

@@ -1,0 +1,491 @@
+"""Fold steps (``KFold``: fold the innermost dimension of ``src`` with ``f``, from ``z``
+or, for fold1, from the first element): the kernels and their launch rule.
+
+Phases (the rule that picks one is :func:`launch`, beside the kernels):
+
+* ``f``: (row, chunk) tasks, ``mode`` chunks per row; with several chunks ``comb``
+  then combines each row's partials in chunk order (only associativity is assumed).
+  Few long rows are cut into ``FOLD_CHUNKS`` chunks, a fixed number, so results do not
+  depend on the thread count.
+* ``b``: rows in blocks of up to 16 (independent accumulator chains, SLP-vectorized;
+  sums of outer products also ``FOLD_PLANES`` rows of the dimension before the last),
+  for small element functions.
+* ``o``, ``oc``/``combc``: the interchanged loops, when the source is laid out along
+  the rows (sums over points: :func:`outer_major`), by tiles of rows or, for few
+  rows, by chunks of elements combined in order.
+
+The constants are read at run time (tests may lower them); the chunkings are part of
+the semantics through floating-point reassociation, so they are fixed numbers.
+"""
+
+from __future__ import annotations
+
+import numba
+
+from accel.ast import nodes as N
+from accel.ast.traverse import children
+from accel.ast.types import TupleT, leaves
+from accel.backends.numba.host import shape_of, size_of
+from accel.backends.numba.kernelgen import at, out_names
+from accel.backends.numba.literals import CAST
+from accel.backends.numba.trees import rebuild
+from accel.errors import ShapeError
+from accel.fusion.kernels import KFold
+
+from .emitter import (PAR_TASKS_PER_THREAD, KernelGen, chunk_task, count_ops, increment,
+                      row_counter, work_bufs)
+from .plan import Launch, dtypes, inner_length
+
+FOLD_CHUNKS = 64  # chunks of a long fold (two-level reduction)
+FOLD_CHUNK_MIN_N = 4096  # inner length from which a fold with few rows is chunked
+FOLD_CHUNK_MAX_ROWS = 64  # ... "few rows"
+FOLD_OUTER_CHUNK_MAX_ROWS = 8192  # ... for interchanged folds (tiles would each read the
+#                                   whole source; chunks of elements read it once)
+FOLD_TILE = 1024  # most rows per task of an interchanged fold (accumulators stay in cache)
+FOLD_WIDTHS = (16, 8, 2, 1)  # rows folded together by phase ``b`` (independent accumulator chains)
+FOLD_PLANES = 2  # rows of the second to last dimension in a block of sums of outer products
+FOLD_PLANE_MAX_OPS = 6  # ... for element functions of at most this many operations
+FOLD_BLOCK_MAX_OPS = 48  # ... for element functions of at most this many operations
+FOLD_J_CHUNK = 64  # elements folded into a tile of an interchanged fold at a time
+FOLD_SRC_BUF = 32  # source elements computed at a time by phase f when vectorizable math
+
+
+def emit(s: KFold, check: bool):
+    """Phase ``f`` over (row, chunk) tasks, ``mode`` chunks per row: each task folds its
+    chunk into ``p`` (chunk 0 from z, the others from their first element; with one
+    chunk per row the host passes the output as ``p``).  ``comb`` then combines the
+    partials of each row sequentially in chunk order (only associativity is assumed).
+    Folds with small element functions also get either phase ``b`` (rows in blocks) or,
+    when their source is laid out along the rows (``outer_major``), the interchanged
+    phases ``o`` and ``oc``/``combc``; the host picks a phase per run from the sizes."""
+    g = KernelGen(check)
+    elt, ts, (m, n, nch), dims = g.rows(s, ("mode",))
+    outs, parts = out_names(0, s.out.type), work_bufs("p", s.out.type)
+    g.work = outs + parts
+    g.begin("f")
+    buffered = not isinstance(elt, TupleT) and _calls_mathlib(s.src)
+    buf = g.fresh("buf") if buffered else None
+    if buffered:
+        g.emit(f"{buf} = np.empty({FOLD_SRC_BUF}, dtype={CAST[ts[0].name]})")
+    tk = g.fresh("tk")
+    counter = row_counter(g, dims)
+    g.loop(tk, "range(lo, hi)")
+    r, c, lo, hi, ix = chunk_task(g, tk, n, nch, dims, counter)
+    acc = [g.fresh("acc") for _ in ts]
+    st = g.fresh("st")
+    if s.z is not None:
+        g.emit(f"if {c} == 0:")
+        g.ind += 1
+        g.set_vars(acc, ts, g.exp(s.z))
+        g.emit(f"{st} = {lo}")
+        g.ind -= 1
+        g.emit("else:")
+        g.ind += 1
+    g.set_vars(acc, ts, g.apply(s.src, (tuple(ix + [lo]),)))
+    g.emit(f"{st} = {lo} + 1")
+    if s.z is not None:
+        g.ind -= 1
+    j = g.fresh("j")
+    if buffered:
+        _fold_buffered(g, s, acc, ix, st, hi, buf)
+    else:
+        g.loop(j, f"range({st}, {hi})")
+        x = g.apply(s.src, (tuple(ix + [j]),))
+        g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
+        g.ind -= 1
+    g.store(parts, tk, tuple(acc))
+    # rows in blocks (each block's element functions emitted up to 16 times: only
+    # for small ones), by rows or interchanged (see outer_major)
+    ops, loops = count_ops(s.src, s.f)
+    blocked = len(dims) > 0 and ops + loops <= FOLD_BLOCK_MAX_OPS and len(ts) <= 4
+    outer = blocked and outer_major(s)
+    if outer:
+        _fold_interchanged(g, s, dims, outs, m, n)
+        _fold_interchanged_chunked(g, s, dims, outs, parts, m, n, nch)
+    elif blocked:
+        _fold_blocked(g, s, dims, outs, n)
+    g.begin("comb", ranged=False)
+    r, c = g.fresh("r"), g.fresh("c")
+    g.loop(r, f"range({m})")
+    acc = [g.fresh("acc") for _ in ts]
+    g.set_vars(acc, ts, tuple(at(p, f"{r} * {nch}") for p in parts))
+    g.loop(c, f"range(1, {nch})")
+    nxt = tuple(at(p, f"{r} * {nch} + {c}") for p in parts)
+    g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), rebuild(elt, iter(nxt)))))
+    g.ind -= 1
+    g.store(outs, r, tuple(acc))
+    return g, {"outer": outer, "blocked": blocked}
+
+
+def _calls_mathlib(e) -> bool:
+    """Whether ``e`` applies ``exp`` or ``log`` (``mathlib``: fast only when vectorized;
+    a scalar call is slower than libm's)."""
+    stack, seen = [e], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, N.PrimApp) and x.op in ("exp", "log"):
+            return True
+        stack.extend(children(x))
+    return False
+
+
+def _fold_buffered(g: KernelGen, s: KFold, acc: list, ix: list, st: str, hi: str,
+                   buf: str) -> None:
+    """The loop of phase ``f`` over ``[st, hi)`` for a source calling ``exp`` or ``log``:
+    ``FOLD_SRC_BUF`` source elements at a time into ``buf`` (a loop LLVM vectorizes),
+    then combined in order (the same result).  A single row's combinations form one
+    chain that no vector unit can split, and the scalar ``mathlib`` functions are slower
+    than libm's (the sum of 1000 logs: 5.9 us scalar, 2.6 us buffered, 3.3 us libm)."""
+    ts = leaves(s.out.type.elt)
+    jb, je, j = g.fresh("jb"), g.fresh("je"), g.fresh("j")
+    g.loop(jb, f"range({st}, {hi}, {FOLD_SRC_BUF})")
+    g.emit(f"{je} = min({jb} + {FOLD_SRC_BUF}, {hi})")
+    g.loop(j, f"range({jb}, {je})")
+    x = g.apply(s.src, (tuple(ix + [j]),))
+    g.emit(f"{at(buf, f'{j} - {jb}')} = {x}")
+    g.ind -= 1
+    g.loop(j, f"range({jb}, {je})")
+    g.update(acc, ts, g.apply(s.f, (acc[0], at(buf, f"{j} - {jb}"))))
+    g.ind -= 2
+
+
+def _fold_blocked(g: KernelGen, s: KFold, dims: list, outs: list, n: str):
+    """Phase ``b``: the row-by-row fold (one chunk per row) on up to 16 rows at a
+    time, adjacent along the last dimension: one loop over ``j`` updates all their
+    accumulators.  The rows' chains of combinations are independent, so the CPU overlaps
+    them (a single row's fold waits for each combination in turn: an add's latency per
+    element), and reads that do not depend on the row's last index are shared.  Each row
+    still combines its elements in order ``0 .. n-1``: the result is exactly phase ``f``'s.
+    Rows left over at the end of a segment or a task are folded one by one."""
+    g.begin("b")
+    ix = [g.fresh("i") for _ in dims]
+    for v, a in zip(ix, g.unravel("lo", dims)):
+        g.emit(f"{v} = {a}")
+    _row_blocks(g, s, dims, outs, "lo", "hi", ix, None, n)
+
+
+def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end: str,
+                ix: list, jlo: str | None, jhi: str) -> None:
+    """Fold rows ``first .. end-1`` (multi-index variables ``ix`` of row ``first``, which
+    this advances) over ``j`` in ``jlo .. jhi-1``, up to 16 adjacent rows at a time
+    (``FOLD_WIDTHS``: D = 10 is a block of 8 and a pair) with their accumulators in
+    variables; for sums of outer products (``plane_blocked``), ``FOLD_PLANES`` rows of
+    the dimension before the last too (``_plane_block``), wherever the range holds them
+    whole.  ``jlo`` None: whole rows, from the seed (or element 0); else the
+    accumulators continue from the rows' values in the output."""
+    r = g.fresh("r")
+    pre, last = ix[:-1], ix[-1]
+    g.emit(f"{r} = {first}")
+    g.emit(f"while {r} < {end}:")
+    g.ind += 1
+    planes = plane_blocked(s)
+    if planes:  # FOLD_PLANES whole rows of the last dimension at a time, when they are here
+        h, d, ip = FOLD_PLANES, dims[-1], ix[-2]
+        g.emit(f"if {last} == 0 and {end} - {r} >= {h} * {d} and {dims[-2]} - {ip} >= {h}:")
+        g.ind += 1
+        c = g.fresh("c")
+        g.emit(f"{c} = 0")
+        g.emit(f"while {c} < {d}:")
+        g.ind += 1
+        for width in FOLD_WIDTHS:
+            g.emit("else:" if width == 1 else
+                   f"{'if' if width == FOLD_WIDTHS[0] else 'elif'} {d} - {c} >= {width}:")
+            g.ind += 1
+            _plane_block(g, s, outs, r, ix, d, c, width, jlo, jhi)
+            g.emit(f"{c} += {width}")
+            g.ind -= 1
+        g.ind -= 1
+        g.emit(f"{r} += {h} * {d}")
+        g.emit(f"{ip} += {h - 1}")  # and one more below, with the carry
+        g.emit(f"{last} = {d}")
+        g.ind -= 1
+    for width in FOLD_WIDTHS:
+        if width == FOLD_WIDTHS[0]:
+            g.emit(f"{'elif' if planes else 'if'} {end} - {r} >= {width} and "
+                   f"{dims[-1]} - {last} >= {width}:")
+        elif width > 1:
+            g.emit(f"elif {end} - {r} >= {width} and {dims[-1]} - {last} >= {width}:")
+        else:
+            g.emit("else:")
+        g.ind += 1
+        # row t's last index is the atom ``(last + t)``: its reads are at a shared
+        # offset plus t (``KernelGen.read``), consecutive loads that SLP vectorizes
+        _fold_rows(g, s, outs, [(f"{r} + {t}", pre + [last if t == 0 else f"({last} + {t})"])
+                                for t in range(width)], jlo, jhi)
+        g.emit(f"{r} += {width}")
+        g.emit(f"{last} += {width}")
+        g.ind -= 1
+    g.emit(f"if {last} == {dims[-1]}:")
+    g.ind += 1
+    g.emit(f"{last} = 0")
+    increment(g, pre, dims[:-1])
+    g.ind -= 2
+
+
+def _plane_block(g: KernelGen, s: KFold, outs: list, r: str, ix: list, d: str, c: str,
+                 width: int, jlo: str | None, jhi: str) -> None:
+    """Fold the ``FOLD_PLANES x width`` rows ``(.., ix[-2] + u, c + t)`` (``r``: the
+    position of row ``(.., ix[-2], 0)``) together (``_fold_rows``), as
+    ``_row_blocks`` does for one row of blocks.  A read that does not depend on
+    ``ix[-2]`` is loaded once for all ``u`` (LLVM merges the equal loads), one that
+    does not depend on the last index once for all ``t``: a sum of outer products
+    makes ``FOLD_PLANES * width`` multiply-adds per ``FOLD_PLANES + width`` loads (a
+    GEMM micro-kernel; with one plane it is ``width`` per ``width + 1``).  The GMM's
+    ``sum_i x[i, k, c] * y[i, k, r]`` (D = 32, K = 100, 327 points): 4.8 -> 2.8 ms; four
+    planes were no faster than two, and compile for twice as long."""
+    pre, ip = ix[:-2], ix[-2]
+    rows = []
+    for u in range(FOLD_PLANES):
+        p = g.fresh("pp")
+        g.emit(f"{p} = {r} + {u} * {d} + {c}")
+        plane = ip if u == 0 else f"({ip} + {u})"
+        rows += [(f"{p} + {t}", pre + [plane, c if t == 0 else f"({c} + {t})"])
+                 for t in range(width)]
+    _fold_rows(g, s, outs, rows, jlo, jhi)
+
+
+def _fold_rows(g: KernelGen, s: KFold, outs: list, rows: list, jlo: str | None,
+               jhi: str) -> None:
+    """Fold the block ``rows`` ((output position, multi-index atoms) per row) over ``j``
+    in ``jlo .. jhi-1`` with their accumulators in variables, one loop over ``j`` for
+    all of them.  ``jlo`` None: from the seed (or element 0); else from the rows'
+    values in the output."""
+    elt = s.out.type.elt
+    ts = leaves(elt)
+    j = g.fresh("j")
+    accs = [[g.fresh("acc") for _ in ts] for _ in rows]
+    if jlo is not None:
+        for acc, (pos, _) in zip(accs, rows):
+            g.set_vars(acc, ts, tuple(at(o, pos) for o in outs))
+        start = jlo
+    elif s.z is not None:
+        z = g.exp(s.z)
+        for acc in accs:
+            g.set_vars(acc, ts, z)
+        start = "0"
+    else:
+        for acc, (_, row) in zip(accs, rows):
+            g.set_vars(acc, ts, g.apply(s.src, (tuple(row + ["0"]),)))
+        start = "1"
+    g.loop(j, f"range({start}, {jhi})")
+    for acc, (_, row) in zip(accs, rows):
+        x = g.apply(s.src, (tuple(row + [j]),))
+        g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
+    g.ind -= 1
+    for acc, (pos, _) in zip(accs, rows):
+        g.store(outs, pos, tuple(acc))
+
+
+def _fold_interchanged(g: KernelGen, s: KFold, dims: list, outs: list, m: str, n: str):
+    """Phase ``o``: the fold with its loops interchanged, for sources that are contiguous
+    along the rows rather than along the folded dimension (AD's folds over replicated
+    dimensions: sums over points of per-point contributions).  A task is a tile of
+    ``tile`` rows (at most ``FOLD_TILE``; fewer when that gives every thread work),
+    initialised in the output and then folded over ``FOLD_J_CHUNK`` elements at a time:
+    the chunk's part of the source stays in cache while the tile's rows go over it in
+    blocks of rows (``_row_blocks``).  Each row still
+    combines its elements in order ``0 .. n-1``, so the result is exactly the row-by-row
+    fold's."""
+    g.begin("o")
+    t, r0, r1, r, jc, je = (g.fresh(x) for x in ("t", "r", "r", "r", "jc", "je"))
+    tile = g.slot(("tile",))
+    g.loop(t, "range(lo, hi)")
+    g.emit(f"{r0} = {t} * {tile}")
+    g.emit(f"{r1} = min({r0} + {tile}, {m})")
+    base = g.unravel(r0, dims)
+    bix = [g.fresh("b") for _ in dims]
+    for v, a in zip(bix, base):
+        g.emit(f"{v} = {a}")
+    ix = [g.fresh("i") for _ in dims]
+    for v, b in zip(ix, bix):
+        g.emit(f"{v} = {b}")
+    g.loop(r, f"range({r0}, {r1})")  # every row from the seed or its element 0
+    g.store(outs, r, g.exp(s.z) if s.z is not None else g.apply(s.src, (tuple(ix + ["0"]),)))
+    increment(g, ix, dims)
+    g.ind -= 1
+    g.loop(jc, f"range({0 if s.z is not None else 1}, {n}, {FOLD_J_CHUNK})")
+    g.emit(f"{je} = min({jc} + {FOLD_J_CHUNK}, {n})")
+    _fold_tile(g, s, dims, outs, r0, r1, bix, ix, jc, je)
+    g.ind -= 2
+
+
+def _fold_tile(g: KernelGen, s: KFold, dims: list, outs: list, r0: str, r1: str, bix: list,
+               ix: list, jlo: str, jhi: str) -> None:
+    """Fold elements ``jlo .. jhi-1`` into the rows ``r0 .. r1-1`` of ``outs`` (row
+    ``r0``'s multi-index: the atoms ``bix``; ``ix``: variables for ``_row_blocks``), in
+    blocks of rows.  (Counted loops over segments of the last dimension, which LLVM's
+    loop vectorizer handles, were 1.5-2.5x slower than SLP-vectorized blocks for D = 32.)"""
+    for v, b in zip(ix, bix):
+        g.emit(f"{v} = {b}")
+    _row_blocks(g, s, dims, outs, r0, r1, ix, jlo, jhi)
+
+
+def _fold_interchanged_chunked(g: KernelGen, s: KFold, dims: list, outs: list, parts: list,
+                               m: str, n: str, nch: str):
+    """Phases ``oc`` and ``combc``: the interchanged fold of long rows, up to
+    ``FOLD_OUTER_CHUNK_MAX_ROWS`` of them (a sum over all points into a (K, D) or
+    (K, D, D) array).  Task ``c`` folds chunk ``c`` of the folded dimension into
+    partials ``p[c * m + row]`` for every row (in blocks of rows, like phase ``o``; its
+    part of the source is read from memory once), then ``combc`` combines each
+    row's partials in chunk order, as phase ``comb`` does for row-by-row chunks (every
+    chunk has elements: the host chunks only folds with ``n >= FOLD_CHUNKS``)."""
+    elt = s.out.type.elt
+    ts = leaves(elt)
+    g.begin("oc")
+    c, r, base, jlo, jhi = (g.fresh(x) for x in ("c", "r", "o", "jlo", "jhi"))
+    g.loop(c, "range(lo, hi)")
+    g.emit(f"{jlo} = ({c} * {n}) // {nch}")
+    g.emit(f"{jhi} = (({c} + 1) * {n}) // {nch}")
+    g.emit(f"{base} = {c} * {m}")
+    ix = [g.fresh("i") for _ in dims]
+    for v in ix:
+        g.emit(f"{v} = 0")
+    g.loop(r, f"range({m})")  # chunk 0 from the seed, the others from their first element
+    if s.z is not None:
+        g.emit(f"if {c} == 0:")
+        g.ind += 1
+        g.store(parts, f"{base} + {r}", g.exp(s.z))
+        g.ind -= 1
+        g.emit("else:")
+        g.ind += 1
+    g.store(parts, f"{base} + {r}", g.apply(s.src, (tuple(ix + [jlo]),)))
+    if s.z is not None:
+        g.ind -= 1
+    increment(g, ix, dims)
+    g.ind -= 1
+    st = g.fresh("st")
+    if s.z is not None:
+        g.emit(f"{st} = {jlo} if {c} == 0 else {jlo} + 1")
+    else:
+        g.emit(f"{st} = {jlo} + 1")
+    _fold_tile(g, s, dims, parts, base, f"{base} + {m}", ["0"] * len(dims), ix, st, jhi)
+    g.ind -= 1
+    g.begin("combc", ranged=False)
+    acc = [g.fresh("acc") for _ in ts]
+    g.loop(r, f"range({m})")
+    g.set_vars(acc, ts, tuple(at(p, r) for p in parts))
+    g.loop(c, f"range(1, {nch})")
+    nxt = tuple(at(p, f"{c} * {m} + {r}") for p in parts)
+    g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), rebuild(elt, iter(nxt)))))
+    g.ind -= 1
+    g.store(outs, r, tuple(acc))
+
+
+def outer_major(s: KFold) -> bool:
+    """Whether the interchanged loop (phase ``o``) suits the fold's source: some read
+    has the folded index as its first index (consecutive elements of a row are far apart
+    in memory: a row-by-row fold would fetch a cache line per element), some read has the
+    row's last index as its own last index (a block of consecutive rows reads adjacent
+    elements: vector loads) and no read has the
+    folded index last while the row's last index sits elsewhere (such a read is
+    contiguous only along the row, as a dot product's).  AD's sums over points of
+    per-point contributions (``sum_i a[i, k, c] * b[i, k, r]``) are of this kind; its
+    transposed products (``sum_r l[k, r, c] * y[i, k, r]``) read little memory per row
+    and fold best in blocks of rows (phase ``b``)."""
+    rank = len(s.shape.type.items)
+    if rank == 0:
+        return False
+    good = bad = major = 0
+    for pos in _read_positions(s):
+        if pos[-1] == rank - 1:
+            good += 1
+        elif pos[-1] == rank and rank - 1 in pos:
+            bad += 1
+        if len(pos) > 1 and pos[0] == rank:
+            major += 1
+    return good > 0 and bad == 0 and major > 0
+
+
+def _read_positions(s: KFold) -> list:
+    """For each array read of the fold's source (with a tuple index), which component of
+    the source's index (rows, then the folded index) each of its index components is:
+    ``a[i, k, j]`` in ``\\(i, k, r, j) -> ...`` gives ``[0, 1, 3]`` (None: not one)."""
+    p = s.src.params[0]
+    env: dict = {}
+
+    def resolve(e):  # through let-bound variables and projections of tuples
+        while True:
+            if isinstance(e, N.Var) and e.name in env:
+                e = env[e.name]
+            elif isinstance(e, N.Prj):
+                t = resolve(e.tup)
+                if not isinstance(t, N.Tuple):
+                    return N.Prj(e.index, t) if t is not e.tup else e
+                e = t.items[e.index]
+            else:
+                return e
+
+    def position(e):  # which index component of the source ``e`` is, or None
+        e = resolve(e)
+        if isinstance(e, N.Prj) and isinstance(e.tup, N.Var) and e.tup.name == p.name:
+            return e.index
+        return None
+
+    out = []
+    stack = [s.src.body]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, N.Let):
+            env[x.var.name] = x.bound
+        if isinstance(x, N.Index) and isinstance(x.array, N.Avar):
+            ix = resolve(x.index)
+            if isinstance(ix, N.Tuple) and ix.items:
+                out.append([position(c) for c in ix.items])
+        stack.extend(children(x))
+    return out
+
+
+def plane_blocked(s: KFold) -> bool:
+    """Whether ``_row_blocks`` also blocks ``FOLD_PLANES`` adjacent rows of the second to
+    last dimension (``_plane_block``): for small element functions with a read that
+    depends on the rows' last index but not on the one before (``x[j, k, c]`` in
+    ``g[k, r, c] = sum_j x[j, k, c] * y[j, k, r]``: a sum of outer products)."""
+    rank = len(s.shape.type.items)
+    if rank < 2 or len(leaves(s.out.type.elt)) != 1:
+        return False
+    ops, loops = count_ops(s.src, s.f)
+    if loops or ops > FOLD_PLANE_MAX_OPS:
+        return False
+    return any(None not in pos and rank - 2 not in pos and rank - 1 in pos
+               for pos in _read_positions(s))
+
+
+def launch(s: KFold, plan, ev) -> Launch:
+    """Chunk the rows when there are few long ones; then the interchanged phase (tiles of
+    rows, or chunks of elements), the blocked phase or phase ``f``, as the kernels the
+    step has (``plan.outer``, ``plan.blocked``) and the sizes allow."""
+    shape = shape_of(ev(s.shape), "fold")
+    n = inner_length(ev(s.n), "fold")
+    size = size_of(shape)
+    if s.z is None and n == 0:
+        raise ShapeError(f"fold1: the innermost dimension is empty (shape "
+                         f"{shape + (0,)})")
+    rows = FOLD_OUTER_CHUNK_MAX_ROWS if plan.outer else FOLD_CHUNK_MAX_ROWS
+    chunk = n >= max(FOLD_CHUNK_MIN_N, FOLD_CHUNKS) and size < rows
+    nch = FOLD_CHUNKS if chunk else 1
+    vals: dict = {("n",): n, ("mode",): nch}
+    phases = []
+    outs = [(shape, size, dtypes(s.out.type))]
+    work = [("o", k) for k in range(sum(len(o[2]) for o in outs))]
+    if nch == 1:  # each row folds straight into the output
+        work += work
+    else:
+        work += [("b", size * nch, dt) for dt in dtypes(s.out.type)]
+    tile = 1
+    if plan.outer and nch == 1 and n > 1:  # interchanged loops, tiles of rows
+        tasks = PAR_TASKS_PER_THREAD * numba.get_num_threads()
+        tile = max(8, min(FOLD_TILE, -(-size // tasks)))
+        phases.append(("o", -(-size // tile), size * n))
+    elif plan.outer and nch > 1:  # interchanged, a chunk of elements per task
+        phases += [("oc", nch, size * n), ("combc", None, 0)]
+    elif plan.blocked and nch == 1 and n > 1:  # (outer folds are blocked too)
+        phases.append(("b", size, size * n))
+    else:
+        phases.append(("f", size * nch, size * n))
+        if nch > 1:
+            phases.append(("comb", None, 0))
+    vals[("tile",)] = tile
+    return Launch(shape, size, outs, work, phases, vals)

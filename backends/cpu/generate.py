@@ -1,0 +1,111 @@
+"""Generate steps (``KGenerate``: ``out[i] = f(i)``, several outputs sharing ``f``): the
+kernel and its launch rule.
+
+Phase ``g``: rank 0 and 1 loop over elements; rank >= 2 over tiles of the last two
+dimensions.  Rank >= 3 also has phase ``s`` (whole slices of the last two dimensions),
+which the host launches instead when a slice is one tile.
+"""
+
+from __future__ import annotations
+
+from accel.backends.numba.host import shape_of, size_of
+from accel.backends.numba.kernelgen import out_names
+from accel.fusion.kernels import KGenerate
+
+from .emitter import KernelGen, advance_row, row_counter
+from .plan import Launch, dtypes
+
+TILE_ROWS = 32  # tiles of rank >= 2 generates (last two dimensions)
+TILE_COLS = 256
+
+
+def emit(s: KGenerate, check: bool):
+    """Phase ``g``: rank 0 and 1 loop over elements; rank >= 2 over tiles of
+    ``TILE_ROWS x TILE_COLS`` of the last two dimensions (times the outer indices), so
+    that no division is needed per element and gathers along either of the last two
+    dimensions stay cache-friendly.  Rank >= 3 also gets phase ``s`` (:func:`_slices`),
+    which the runtime launches instead when a slice is one tile."""
+    g = KernelGen(check)
+    rank = len(s.shape.type.items)
+    dims = [g.slot(("out", d)) for d in range(rank)]
+    outs = [out_names(k, o.type) for k, o in enumerate(s.outs)]
+    g.work = [b for bs in outs for b in bs]
+    g.begin("g")
+
+    def body(ix, k):
+        v = g.apply(s.f, (tuple(ix),))
+        comps = (v,) if len(s.outs) == 1 else v
+        for bufs, c in zip(outs, comps):
+            g.store(bufs, k, c)
+
+    if rank < 2:
+        k = g.fresh("k")
+        g.loop(k, "range(lo, hi)")
+        body([k] if rank else [], k)
+        return g, {}
+    R, C = dims[-2], dims[-1]
+    nrt, nct = g.slot(("nrt",)), g.slot(("nct",))
+    t, ct, q, rt, o = (g.fresh(x) for x in ("t", "ct", "q", "rt", "o"))
+    i0, i1, j0, j1, i, j, rb, k = (g.fresh(x) for x in ("i", "i", "j", "j", "i", "j", "rb",
+                                                        "k"))
+    g.loop(t, "range(lo, hi)")
+    g.emit(f"{ct} = {t} % {nct}")
+    g.emit(f"{q} = {t} // {nct}")
+    g.emit(f"{rt} = {q} % {nrt}")
+    g.emit(f"{o} = {q} // {nrt}")
+    oix = g.unravel(o, dims[:-2])
+    g.emit(f"{i0} = {rt} * {TILE_ROWS}")
+    g.emit(f"{i1} = min({i0} + {TILE_ROWS}, {R})")
+    g.emit(f"{j0} = {ct} * {TILE_COLS}")
+    g.emit(f"{j1} = min({j0} + {TILE_COLS}, {C})")
+    g.loop(i, f"range({i0}, {i1})")
+    g.emit(f"{rb} = ({o} * {R} + {i}) * {C}")
+    g.loop(j, f"range({j0}, {j1})")
+    g.emit(f"{k} = {rb} + {j}")
+    body(oix + [i, j], k)
+    if rank >= 3:
+        slices(g, dims, body)
+    return g, {}
+
+
+def slices(g: KernelGen, dims: list, body) -> None:
+    """Phase ``s``: tasks are whole slices of the last two dimensions, for when a slice is
+    one tile (the same tasks as phase ``g``).  The outer index advances by a counter, so
+    there is no division per task, and the loop bounds are invariant: small slices, the
+    GMM's (points, K, D) arrays with D = 2, are 25-30% faster (phase ``g`` spends two
+    divisions and its loops' set-up on every 10-element tile)."""
+    g.begin("s")
+    R, C, outer = dims[-2], dims[-1], dims[:-2]
+    o, i, j, rb, k = (g.fresh(x) for x in ("o", "i", "j", "rb", "k"))
+    if len(outer) == 1:
+        g.loop(o, "range(lo, hi)")
+        oix = [o]
+    else:
+        pr, oix = row_counter(g, outer)
+        g.loop(o, "range(lo, hi)")
+        advance_row(g, o, pr, oix, outer)
+    g.loop(i, f"range({R})")
+    g.emit(f"{rb} = ({o} * {R} + {i}) * {C}")
+    g.loop(j, f"range({C})")
+    g.emit(f"{k} = {rb} + {j}")
+    body(oix + [i, j], k)
+
+
+def launch(s: KGenerate, plan, ev) -> Launch:
+    """Phase ``g`` over elements or tiles; ``s`` instead when a slice is one tile
+    (rank >= 3: the same tasks)."""
+    shape = shape_of(ev(s.shape), "generate")
+    size = size_of(shape)
+    vals: dict = {}
+    phases = []
+    outs = [(shape, size, dtypes(o.type)) for o in s.outs]
+    work = [("o", k) for k in range(sum(len(o[2]) for o in outs))]
+    if len(shape) >= 2:
+        nrt = -(-shape[-2] // TILE_ROWS)
+        nct = -(-shape[-1] // TILE_COLS)
+        vals[("nrt",)], vals[("nct",)] = nrt, nct
+        one_tile = len(shape) >= 3 and nrt == nct == 1  # phase s: same tasks
+        phases.append(("s" if one_tile else "g", size_of(shape[:-2]) * nrt * nct, size))
+    else:
+        phases.append(("g", size, size))
+    return Launch(shape, size, outs, work, phases, vals)

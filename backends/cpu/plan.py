@@ -1,0 +1,125 @@
+"""The plan types of the CPU backend: what code generation tells the host about a step,
+and what the host decides when it launches one.
+
+``KernelPlan`` is made once per loop step by ``codegen`` (which functions exist, what
+goes into ``shp``, which phases have parallel drivers).  Each step kind's ``launch``
+rule (in ``generate``, ``fold``, ``scan``, ``permute``) turns it and the step's
+evaluated shapes into a ``Launch``: the outputs, the work buffers, the size slots and
+the phases to run with their amounts of work; :func:`calls` then picks a serial call
+or a parallel launch per phase, and the result is a ``StepCall``, which the runtime
+replays while its ``guards`` hold.  These types live here, not in ``runtime``, so
+that ``straight`` (which wires ``StepCall``s into one replay) and ``runtime`` both
+import them without importing each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numba
+
+from accel.ast.types import leaves
+from accel.errors import ShapeError
+
+from .emitter import PAR_MIN_WORK, PAR_TASKS_PER_THREAD
+
+
+@dataclass
+class KernelPlan:
+    """What the host needs to call the functions of one loop step."""
+
+    step: object
+    fn: str  # base name of the step's functions in the module
+    inputs: list  # the Avars whose leaf buffers follow the work buffers, in order
+    layout: list  # what goes into shp, in order
+    sites: list  # Site per 1-based id recorded in err[0]
+    fast: str | None = None  # the permute's recognised combination
+    chunked: bool = False  # the scan has the chunked three-phase path
+    parallel: list = field(default_factory=list)  # phases with a parallel driver
+    weight: int = 1  # rough cost of one element (scales the work of a phase)
+    outer: bool = False  # the fold has the interchanged phase (see ``fold``)
+    blocked: bool = False  # the fold has the phase of blocks of rows
+
+
+@dataclass
+class Launch:
+    """A step kind's launch decision for one set of shapes."""
+
+    shape: tuple  # the output's shape
+    size: int  # its number of elements (the ``size`` slot)
+    outs: list  # (shape, size, dtypes) per output array
+    work: list  # ("o", output leaf) | ("b", size, dtype) | ("f", size, dtype, value)
+    phases: list  # (phase, ntask or None for a plain function, work elements)
+    vals: dict  # layout key -> value, for the step's own size slots
+
+
+def dtypes(t) -> tuple:
+    """The dtypes of the flat buffers of an array of type ``t``."""
+    return tuple(s.dtype for s in leaves(t.elt))
+
+
+def inner_length(v, op: str) -> int:
+    n = int(v)
+    if n < 0:
+        raise ShapeError(f"{op}: negative inner length {n}")
+    return n
+
+
+def calls(plan: KernelPlan, phases: list) -> list:
+    """``(function name, leading arguments, launch counter)`` per phase to run: a serial
+    call of the range function, or its parallel driver when the phase has one and
+    enough work (``PAR_MIN_WORK``, scaled by the step's per-element weight)."""
+    out = []
+    for phase, ntask, amount in phases:
+        if ntask is None:
+            out.append((f"{plan.fn}_{phase}", (), phase))
+        elif ntask == 0:
+            continue
+        elif amount < 0:  # a fixed number of chunks (the private-buffer scatter)
+            out.append((f"{plan.fn}_par_{phase}", (ntask, -amount), f"{phase}_parallel"))
+        elif (ntask >= 2 and amount * plan.weight >= PAR_MIN_WORK
+              and phase in plan.parallel):
+            nch = min(ntask, PAR_TASKS_PER_THREAD * numba.get_num_threads())
+            out.append((f"{plan.fn}_par_{phase}", (ntask, nch), f"{phase}_parallel"))
+        else:
+            out.append((f"{plan.fn}_{phase}", (0, ntask, 0), f"{phase}_serial"))
+    return out
+
+
+class StepCall:
+    """A loop step with its host expressions evaluated: the buffers to allocate, the
+    ``shp`` array and the launches.  Replayed as is by later calls whose ``guards`` hold
+    (the arrays the host read have the same shapes and the elements it read the same
+    values), so that a call of a program on arguments of recurring shapes does no host
+    evaluation at all."""
+
+    __slots__ = ("plan", "shape", "outs", "work", "shp", "calls", "guards")
+
+    def __init__(self, plan, shape, outs, work, shp, calls, guards):
+        self.plan, self.shape, self.outs, self.work = plan, shape, outs, work
+        self.shp, self.calls, self.guards = shp, calls, guards
+
+
+def guards(log: list, inputs: list, env: dict) -> list:
+    """``[(name, shape, [(offset, values)])]``: what a step's plan depends on.  ``log`` is
+    the host's reads (``HostEval``), ``inputs`` the arrays whose shapes are in ``shp``."""
+    by_name: dict = {}
+    for name in inputs:
+        by_name.setdefault(name, [])
+    for kind, name, *rest in log:
+        reads = by_name.setdefault(name, [])
+        if kind == "index":
+            reads.append(tuple(rest))
+    return [(name, env[name].shape, reads) for name, reads in by_name.items()]
+
+
+def guards_hold(guards: list, env: dict) -> bool:
+    for name, shape, reads in guards:
+        v = env.get(name)
+        if v is None or v.shape != shape:
+            return False
+        for off, vals in reads:
+            for b, x in zip(v.leaves, vals):
+                if not b[off] == x:  # NaN never holds: the step is planned again
+                    return False
+    return True
