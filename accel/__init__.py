@@ -1,4 +1,13 @@
-"""accel: an Accelerate-style array language with reverse-mode AD (``import accel as A``)."""
+"""accel: an Accelerate-style array language with reverse-mode AD (``import accel as A``).
+
+This module is the public API (``../shared/API.md``) and nothing else: it re-exports the
+user-facing names of ``language`` (the combinators), ``frontend`` (tracing), ``ad.api``
+(derivatives), ``pipeline`` (run/compile/show) and ``errors``.  The layers below import
+downwards only: ``ast`` imports no pass; ``ad``, ``simplify`` and ``fusion`` import the
+AST; ``pipeline`` strings the passes together and loads a backend (``accel.backends``)
+by name; the backends import the kernel program and the AST, never the passes that made
+them.
+"""
 
 from .ast.types import bool_, float32, float64, int32, int64
 from .errors import (AccelError, BackendError, NotDifferentiableError, OutOfBoundsError,

@@ -23,7 +23,7 @@ LAYERS = [
     ("fuse", "accel/fusion/",
      "delayed arrays -> kernel program: materialisation steps + control flow"),
     ("backends", "backends/ (accel.backends)",
-     "interpreter (oracle), fused (NumPy), cpu and cuda (numba code generation)"),
+     "interpreter (oracle), fused (NumPy); numba/ (shared emitter, host) -> cpu/, cuda/"),
 ]
 
 #: The IR on each arrow between consecutive layers.
