@@ -5,8 +5,8 @@ user-facing names of ``language`` (the combinators), ``frontend`` (tracing), ``a
 (derivatives), ``pipeline`` (run/compile/show) and ``errors``.  The layers below import
 downwards only: ``ast`` imports no pass; ``ad``, ``simplify`` and ``fusion`` import the
 AST; ``pipeline`` strings the passes together and loads a backend (``accel.backends``)
-by name; the backends import the kernel program and the AST, never the passes that made
-them.
+by name; the backends import the kernel program and the AST, not the passes that made
+them (except the ``cuda.ptxcheck`` command, which compiles a corpus through the pipeline).
 """
 
 from .ast.types import bool_, float32, float64, int32, int64
