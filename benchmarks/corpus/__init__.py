@@ -19,7 +19,8 @@ __all__ = ["PROGRAMS", "Program", "SIZES", "by_name"]
 
 
 def by_name(names=None) -> list:
-    """The programs named (all when ``names`` is empty), in registry order."""
+    """The programs named, in the order given (all, in registry order, when ``names`` is
+    empty)."""
     if not names:
         return list(PROGRAMS)
     known = {p.name: p for p in PROGRAMS}

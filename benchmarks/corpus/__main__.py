@@ -23,6 +23,8 @@ def parse(argv):
     p.add_argument("--backend", default="cpu", help="accel backend (cpu)")
     p.add_argument("--cold", action="store_true",
                    help="compile from scratch: a fresh ACCEL_CACHE_DIR for this run")
+    p.add_argument("--natural", action="store_true",
+                   help="only each program's first (natural) accel formulation")
     p.add_argument("--no-jax", action="store_true", help="skip JAX even if installed")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), "out"), help="directory for corpus.csv / corpus.png "
@@ -52,7 +54,8 @@ def main(argv=None) -> int:
     d = out_dir(args.out)
     for prog in programs:
         new = measure_program(prog, args.size, args.repeat, args.backend, jax, torch,
-                              log=lambda s: print(s, file=sys.stderr, flush=True))
+                              log=lambda s: print(s, file=sys.stderr, flush=True),
+                              natural_only=args.natural)
         for r in new:   # as they come, and the CSV rewritten: an interrupted run keeps them
             print(row_line(r), file=sys.stderr, flush=True)
         rows.extend(new)

@@ -90,15 +90,18 @@ def measure_torch(torch, prog, args, repeat):
     return out
 
 
-def measure_program(prog, size, repeat, backend, jax=None, torch=None, log=print):
-    """One row (a dict) per accel formulation of ``prog``."""
+def measure_program(prog, size, repeat, backend, jax=None, torch=None, log=print,
+                    natural_only=False):
+    """One row (a dict) per accel formulation of ``prog`` (only the first, natural one
+    with ``natural_only``)."""
     args = prog.args(size)
     jres = measure_jax(jax, prog, args, repeat) if jax is not None and prog.jax else {}
     jbest = min(jres, key=lambda k: jres[k][0]) if jres else None
     tres = measure_torch(torch, prog, args, repeat) if torch is not None and prog.torch else {}
     tbest = min(tres, key=lambda k: tres[k][0]) if tres else None
     rows = []
-    for form, f in prog.accel.items():
+    forms = list(prog.accel.items())
+    for form, f in forms[:1] if natural_only else forms:
         log(f"  {prog.name}/{form}: compiling and timing ...")
         g = A.compile(A.gradientA(f, wrt=prog.wrt), backend=backend)
         p = A.compile(f, backend=backend)
