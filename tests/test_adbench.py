@@ -468,3 +468,18 @@ def test_bench_names_the_flush_mode(monkeypatch):
     if platform.machine().lower() in ("x86_64", "amd64"):
         assert accel_tool_name("cpu") == "accel-cpu+ftz"
     assert accel_tool_name("fused") == "accel-fused"  # NumPy's exact arithmetic
+
+
+def test_cli_bench_times_both_jax_gmm_formulations_and_keeps_one(tmp_path):
+    pytest.importorskip("jax")
+    r = _cli("bench", "--files", gmm_file("test.txt"), "--tools", "numpy,jax", "--no-memory",
+             "--max-runs", "2", "--max-seconds", "0.5", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    import csv
+    rows = [x for x in csv.DictReader(open(tmp_path / "bench.csv")) if x["tool"] == "jax"]
+    assert {x["what"] for x in rows} == {"objective", "gradient"}
+    assert all(float(x["max_metric_vs_numpy"]) <= TOL for x in rows)
+    note = rows[0]["note"]
+    assert note.startswith("GMM formulation batched matmul") or \
+        note.startswith("GMM formulation einsum"), note
+    assert "batched matmul" in note and "einsum" in note and "GMM formulation" in r.stdout
