@@ -29,6 +29,7 @@ from .kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate, 
                       KUse, map_blocks)
 from .materialised import read_materialised
 from .reductions import rewrite_reductions
+from .inplace import mark_inplace
 
 #: Index functions whose cost (see ``accel.ast.cost``) is at most this are recomputed at every use.
 CHEAP = 6
@@ -371,7 +372,7 @@ def fuse(prog: N.Program) -> KernelProgram:
         uses = Uses()
         uses.block(blk)
         body = read_materialised(rewrite_reductions(tidy_block(Fuser(uses).block(blk))))
-        return KernelProgram(tuple(prog.params), body, prog.type)
+        return mark_inplace(KernelProgram(tuple(prog.params), body, prog.type))
 
 
 def tidy_block(blk: KBlock) -> KBlock:

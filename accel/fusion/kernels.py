@@ -23,7 +23,7 @@ CPU and CUDA backends see; ``evaluate`` in ``accel.backends.fused`` runs it with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -68,6 +68,8 @@ class KPermute:
     target: N.Lam  # source index -> (keep, target index)
     value: N.Lam  # source index -> element
     comb: N.Lam  # (new, old) -> combined
+    # the defaults array when it may be updated in place (``inplace``: dead, owned)
+    into: N.Avar | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,6 +99,9 @@ class KAwhile:
     cond: KBlock  # result: one rank-0 bool array
     body: KBlock  # result: the next state
     init: tuple  # Avars
+    # names of params a permute in the body updates in place (``inplace``): a backend
+    # honouring ``KPermute.into`` gives them private copies of their initial values
+    owned: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -137,7 +142,7 @@ def map_blocks(s, f, cond=None):
         c = s.c if cond is None else cond(s.c)
         return KAcond(s.outs, c, f(s.t), f(s.e))
     if isinstance(s, KAwhile):
-        return KAwhile(s.outs, s.params, f(s.cond), f(s.body), s.init)
+        return replace(s, cond=f(s.cond), body=f(s.body))
     return s
 
 

@@ -315,9 +315,19 @@ class Runner:
         if isinstance(s, KUse):
             env[s.out.name] = self._uses[id(s)]
         elif isinstance(s, (KAcond, KAwhile)):
-            run_control(s, env, self._block)
+            run_control(s, env, self._block, lambda v: self._copy(v, env))
         else:
             self._run(s, self._plan(s, env), env)
+
+    def _copy(self, v: ArrVal, env: dict) -> ArrVal:
+        """A private copy of ``v`` in pooled buffers of this call."""
+        taken = env[_TAKEN]
+        bufs = []
+        for b in v.leaves:
+            c = self._pool.take(b.size, b.dtype, taken)
+            np.copyto(c, b)
+            bufs.append(c)
+        return ArrVal(v.shape, bufs)
 
     def _top(self, env: dict, key: tuple) -> None:
         """The program's body, replaying each step's plan from the last call with
@@ -368,8 +378,14 @@ class Runner:
         """Allocate a planned step's buffers and launch its kernels."""
         taken = env[_TAKEN]
         take = self._pool.take
-        outs = [ArrVal(shape, [take(size, dt, taken) for dt in dts])
-                for shape, size, dts in sc.outs]
+        calls = sc.calls
+        into = getattr(s, "into", None)
+        if into is not None:  # update the dead defaults' buffer (``fusion.inplace``)
+            outs = [ArrVal(sc.shape, list(env[into.name].leaves))]
+            calls = [c for c in calls if not c[2].startswith("d_")]
+        else:
+            outs = [ArrVal(shape, [take(size, dt, taken) for dt in dts])
+                    for shape, size, dts in sc.outs]
         leaves_ = [b for o in outs for b in o.leaves]
         work = []
         for w in sc.work:
@@ -384,7 +400,7 @@ class Runner:
         args = work + [b for a in plan.inputs for b in env[a.name].leaves] + [sc.shp, err]
         counts = self._counts
         ready = self._ready
-        for name, lead, counter in sc.calls:
+        for name, lead, counter in calls:
             fn = ready.get(name)
             if fn is None:
                 self._call(name, [*lead, *args])

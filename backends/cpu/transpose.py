@@ -18,6 +18,8 @@ elements by consecutive threads), so this is the cpu backend's choice, not fusio
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from accel.ast import nodes as N
 from accel.ast.traverse import map_children, walk
 from accel.fusion.kernels import KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate
@@ -41,7 +43,7 @@ def _block(blk: KBlock) -> KBlock:
         elif isinstance(s, KAcond):
             new = KAcond(s.outs, s.c, _block(s.t), _block(s.e))
         elif isinstance(s, KAwhile):
-            new = KAwhile(s.outs, s.params, _block(s.cond), _block(s.body), s.init)
+            new = replace(s, cond=_block(s.cond), body=_block(s.body))
         else:
             new = s
         changed |= new != s

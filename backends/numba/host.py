@@ -122,10 +122,12 @@ def nest(layout, arrays: list):
     return tuple(nest(x, arrays) for x in layout)
 
 
-def run_control(s, env: dict, block) -> None:
+def run_control(s, env: dict, block, copy=None) -> None:
     """Run a ``KAcond`` or ``KAwhile`` step, its blocks by ``block(b, env)`` (the cpu and
     cuda hosts share this walk; the loop condition is one element, read back from the
-    device on a GPU)."""
+    device on a GPU).  ``copy(array)``: a private copy of a loop's initial state for the
+    parameters the body updates in place (``KAwhile.owned``; hosts that ignore
+    ``KPermute.into`` pass None)."""
     if isinstance(s, KAcond):
         b = s.t if bool(HostEval(env)(s.c)) else s.e
         block(b, env)
@@ -134,6 +136,8 @@ def run_control(s, env: dict, block) -> None:
             env[o.name] = v
         return
     state = [env[a.name] for a in s.init]
+    if copy is not None and s.owned:
+        state = [copy(v) if p.name in s.owned else v for p, v in zip(s.params, state)]
     while True:
         for p, v in zip(s.params, state):
             env[p.name] = v

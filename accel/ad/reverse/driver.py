@@ -86,11 +86,18 @@ class ArrayReverse:
         if not items:
             return None
         t = v.type
-        vs = [(self.emit(term), ex) for term, ex in items]
+        # an index read's adjoint scatters into zeros; with another exact contribution
+        # it scatters into that instead (O(reads), not O(size) for a zero array and a sum)
+        scatters = [term for term, ex in items if ex and _scatter_of_zeros(term, v)]
+        rest = [(term, ex) for term, ex in items if not (ex and _scatter_of_zeros(term, v))]
+        vs = [(self.emit(term), ex) for term, ex in rest]
         acc = None
         for a, ex in vs:
             if ex:
                 acc = a if acc is None else self.emit(N.ZipWith(add_lam(t.elt), acc, a))
+        for term in scatters:
+            acc = self.emit(term if acc is None else
+                            N.Permute(term.comb, acc, term.f, term.src))
         small = [a for a, ex in vs if not ex]
         if small:
             ix = N.Var(N.fresh("i"), shape_type(t.rank))
@@ -130,9 +137,11 @@ class ArrayReverse:
                 "(its result carries a derivative here)")
         rule(self, b, y, dy)
 
-    def vjp_program(self, prog: N.Program) -> N.Program:
-        """The vjp of ``prog`` w.r.t. all its parameters (for rules that nest programs)."""
-        return reverse_program(prog, tuple(range(len(prog.params))), "params")
+    def vjp_program(self, prog: N.Program, accumulate: tuple = ()) -> N.Program:
+        """The vjp of ``prog`` w.r.t. all its parameters (for rules that nest programs;
+        ``accumulate``: see ``reverse_program``)."""
+        return reverse_program(prog, tuple(range(len(prog.params))), "params",
+                               accumulate=accumulate)
 
     # -- services the rules use
 
@@ -242,14 +251,17 @@ def _export(blk: ABlock, tx: list, ex: list, is_t: bool) -> ABlock:
 
 
 def reverse_program(prog: N.Program, wrt: tuple, seeds: str = "one",
-                    mode: str | None = None, with_value: bool = False) -> N.Program:
+                    mode: str | None = None, with_value: bool = False,
+                    accumulate: tuple = ()) -> N.Program:
     """The reverse-mode derivative of ``prog``.
 
     ``seeds="one"``: ``prog`` returns a rank-0 float array; the result is the
     gradient w.r.t. the parameters at positions ``wrt`` (a tuple of arrays),
     preceded by the value if ``with_value``.  ``seeds="params"``: one
     cotangent parameter per result leaf is appended (vjp); the result is
-    (outputs..., input cotangents...).
+    (outputs..., input cotangents...).  ``accumulate``: positions (in ``wrt``) of
+    parameters whose adjoints start from one more parameter each (appended last), so
+    a loop accumulating adjoints adds the body's reads into its accumulator directly.
     """
     mode = mode or DEFAULT_MODE
     if mode not in MODES:
@@ -269,6 +281,9 @@ def reverse_program(prog: N.Program, wrt: tuple, seeds: str = "one",
         extra = tuple(N.Avar(N.fresh("ct"), o.type) for o in outs)
         for o, c in zip(outs, extra):
             rev.contribute(o, c)
+    accs = tuple(N.Avar(N.fresh("acc"), prog.params[i].type) for i in accumulate)
+    for i, a in zip(accumulate, accs):
+        rev.contribute(prog.params[i], a)
     rev.block(blk)
     grads = []
     for i in wrt:
@@ -283,5 +298,19 @@ def reverse_program(prog: N.Program, wrt: tuple, seeds: str = "one",
     else:
         result = tuple(outs) + tuple(grads)
     body = ablock_term(ABlock(primal.binds + rev.binds, result))
-    return freshen(N.Program(prog.params + extra, body))
+    return freshen(N.Program(prog.params + extra + accs, body))
 
+
+
+def _scatter_of_zeros(term: N.Arr, v: N.Avar) -> bool:
+    """Whether ``term`` is ``Permute (+) (zeros of v's shape) f vals`` (an index read's
+    adjoint, as ``scatter_index_adjoints`` builds it)."""
+    if not isinstance(term, N.Permute) or not isinstance(term.defaults, N.Generate):
+        return False
+    d, c = term.defaults, term.comb
+    if not (isinstance(c.body, N.PrimApp) and c.body.op == "add"
+            and [getattr(a, "name", None) for a in c.body.args] == [p.name for p in c.params]):
+        return False
+    return (isinstance(d.shape, N.Shape) and isinstance(d.shape.array, N.Avar)
+            and d.shape.array.name == v.name and isinstance(d.f.body, N.Const)
+            and d.f.body.value == 0)

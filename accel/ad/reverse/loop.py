@@ -20,7 +20,7 @@ from ...ast.types import ArrayT, ATupleT, bool_, int64, shape_type
 from ...errors import NotDifferentiableError
 from ..anf import ABind, leaves, tree_like, tree_term, type_leaves
 from ..blocks import zero
-from .terms import add_lam, zeros_like
+from .terms import zeros_like
 
 
 def _c(v, t=int64):
@@ -166,7 +166,7 @@ def awhile(rev, b: ABind, dys: list):
     bprog_body = N.Alet(op.body.param, tree_term(tree_like(T, iter(xp))), op.body.body)
     bprog_body = substitute(bprog_body, {v.name: w for v, w in zip(outer_vars, op_)})
     bprog = N.Program(xp + op_, bprog_body)
-    vprog = rev.vjp_program(bprog)
+    vprog = rev.vjp_program(bprog, tuple(range(len(tl), len(tl) + len(outer_vars))))
     m = len(tl)
 
     # -- dual loop over (k, lam, accs) from k = n down to 1
@@ -208,13 +208,11 @@ def awhile(rev, b: ABind, dys: list):
         xleaves = [N.Avar(N.fresh("a"), t) for t in tl]
         lamleaves = [N.APrj(i, lam4) for i in range(m)]
         accleaves = [N.APrj(i, acc4) for i in range(len(outer_vars))]
-        call = inline_program(vprog, list(xleaves) + list(outer_vars) + list(lamleaves))
+        call = inline_program(vprog, list(xleaves) + list(outer_vars) + list(lamleaves)
+                              + list(accleaves))  # the accumulators: adjoints start there
         nouts = m  # vprog returns the body's outputs (m leaves), then the gradients
         new_lam = [N.APrj(nouts + i, vres) for i in range(m)]
-        new_acc = []
-        for i, (v, a) in enumerate(zip(outer_vars, accleaves)):
-            g = N.APrj(nouts + m + i, vres)
-            new_acc.append(_add_arrays(a, g, v.type))
+        new_acc = [N.APrj(nouts + m + i, vres) for i in range(len(outer_vars))]
         inner = N.Alet(vres, call, _tuple((
             _unit(kprev), _tuple(new_lam), _tuple(new_acc))))
         for xl, term in reversed(list(zip(xleaves, _leaf_terms(T, xk)))):
@@ -269,7 +267,3 @@ def _gen_zero(shape: N.Exp, elt) -> N.Arr:
 def _let_exp_in_arr(v: N.Var, e: N.Exp, a: N.Arr) -> N.Arr:
     """Bind a scalar for use in array-level expressions: substitute it (it is cheap)."""
     return substitute(a, {v.name: e})
-
-
-def _add_arrays(a: N.Arr, b: N.Arr, t: ArrayT) -> N.Arr:
-    return N.ZipWith(add_lam(t.elt), a, b)
