@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import accel as A
-from accel.fusion import numpy_eval
+from accel.backends import fused as numpy_eval
 from accel.fusion.fuse import fuse
 from accel.fusion.kernels import KAwhile, KPermute
 from accel.frontend import arg_type, trace_program
@@ -76,7 +76,7 @@ def test_permute_into_a_live_array_is_not_marked():
 
 @pytest.mark.parametrize("every,T", [(None, 7), (1, 7), (3, 7), (3, 9), (4, 1), (2, 0)])
 def test_tape_rows_are_trip_count_over_checkpoint(monkeypatch, every, T):
-    """The taped loop's tape has ceil(T / every) rows (measured on the fused backend)."""
+    """The taped loop's tape has ceil(T / every) rows (measured on the fused NumPy backend)."""
     args = _args(T)
     kp = _kernels(A.gradientA(_rnn(T, every), wrt=(0, 1)), args)
     taped = next(w for w in _loops(kp.body) if w.owned)  # the primal's taped loop
