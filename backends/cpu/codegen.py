@@ -44,6 +44,7 @@ import re
 from dataclasses import dataclass, field
 
 from accel.ast import nodes as N
+from accel.ast.projection import projection_side
 from accel.ast.traverse import children, recursion_headroom
 from accel.ast.types import ArrayT, Scalar, TupleT, leaves
 from accel.errors import BackendError
@@ -1395,6 +1396,8 @@ def gen_permute(s: KPermute, check: bool):
     identity) scattered in parallel, chunk c of the sources into buffer c, and phase
     ``m`` then combines, for every target, its chunks' values in chunk order.  Any other
     combination scatters serially into the output."""
+    if projection_side(s.comb) is not None:
+        return gen_projection(s, check)
     g = KernelGen(check)
     elt = s.out.type.elt
     ts = leaves(elt)
@@ -1454,6 +1457,61 @@ def gen_permute(s: KPermute, check: bool):
         g.ind -= 1
         g.emit(f"{at(outs[0], k)} = {acc}")
     return g, {"fast": fast}
+
+
+def gen_projection(s: KPermute, check: bool):
+    """A permute whose combination is a projection (``\\new old -> new``: the write from
+    the last source in row-major order wins; ``\\new old -> old``), in parallel and
+    deterministic, O(n) with no sorting or atomics.  Phase ``d``: the defaults.  Phase
+    ``p``: chunk ``c`` of the sources records, in ``priv[c * size + target]``
+    (initialised to -1), the last source index of the chunk writing each target.
+    Phase ``m``, parallel over targets: the last chunk that wrote a target holds its
+    winner, whose value is computed there and combined once."""
+    g = KernelGen(check)
+    elt = s.out.type.elt
+    trank = len(s.out_shape.type.items)
+    srank = len(s.shape.type.items)
+    tn, nch = g.slot(("size",)), g.slot(("mode",))
+    tdims = [g.slot(("out", d)) for d in range(trank)]
+    sdims = [g.slot(("src", d)) for d in range(srank)]
+    outs = _out_names(0, s.out.type)
+    g.work = outs + ["priv"]
+    g.begin("d")
+    k = g.fresh("k")
+    g.loop(k, "range(lo, hi)")
+    g.store(outs, k, g.apply(s.defaults, (tuple(g.unravel(k, tdims)),)))
+    g.begin("p")
+    base = g.fresh("pb")
+    g.emit(f"{base} = c * {tn}")
+    k = g.fresh("k")
+    g.loop(k, "range(lo, hi)")
+    tv = g.apply(s.target, (tuple(g.unravel(k, sdims)),))
+    keep, tix = tv[0], flat(tv[1])
+    g.emit(f"if {keep}:")
+    g.ind += 1
+    if check and tix:
+        g.emit(f"if not ({g.in_bounds(tix, tdims)}):")
+        g.ind += 1
+        g.record(Site("permute (target index)", None, len(tix)), tix)
+        g.ind -= 1
+        g.emit("else:")
+        g.ind += 1
+    g.emit(f"priv[{base} + {g.offset(tix, tdims)}] = {k}")
+    g.begin("m")
+    k, c, w = g.fresh("k"), g.fresh("c"), g.fresh("w")
+    g.loop(k, "range(lo, hi)")
+    g.emit(f"{w} = -1")
+    g.loop(c, f"range({nch} - 1, -1, -1)")
+    g.emit(f"{w} = priv[{c} * {tn} + {k}]")
+    g.emit(f"if {w} >= 0:")
+    g.emit("    break")
+    g.ind -= 1
+    g.emit(f"if {w} >= 0:")
+    g.ind += 1
+    v = g.apply(s.value, (tuple(g.unravel(w, sdims)),))
+    old = rebuild(elt, iter(at(b, k) for b in outs))
+    g.store(outs, k, g.apply(s.comb, (v, old)))
+    return g, {"fast": "winner"}
 
 
 _GEN = {KGenerate: gen_generate, KFold: gen_fold, KScan: gen_scan, KPermute: gen_permute}

@@ -639,7 +639,11 @@ class Runner:
             work = [("o", k) for k in range(sum(len(o[2]) for o in outs))]
             phases.append(("d", size, size))
             nch = 0
-            if plan.fast is not None:
+            if plan.fast == "winner":  # a projection: the winners' indices, -1 for none
+                nch = max(1, _permute_chunks(size, ssize))
+                work.append(("f", nch * size, np.dtype(np.int64), -1))
+                phases += [("p", ssize, -nch), ("m", size, size * nch)]
+            elif plan.fast is not None:
                 nch = _permute_chunks(size, ssize)
                 priv = nch * size
                 if nch:
