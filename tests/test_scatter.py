@@ -16,7 +16,7 @@ import pytest
 import accel as A
 from accel.ad.forward import jvp
 
-BACKENDS = ["interpreter", "cpu", "cuda"]
+BACKENDS = ["interpreter", "fused", "cpu", "cuda"]
 EPS = 1e-6
 
 

@@ -642,7 +642,7 @@ class Runner:
             if plan.fast == "winner":  # a projection: the winners' indices, -1 for none
                 nch = max(1, _permute_chunks(size, ssize))
                 work.append(("f", nch * size, np.dtype(np.int64), -1))
-                phases += [("p", ssize, -nch), ("m", size, size * nch)]
+                phases += [("p", ssize, -nch if nch > 1 else 0), ("m", size, size * nch)]
             elif plan.fast is not None:
                 nch = _permute_chunks(size, ssize)
                 priv = nch * size
