@@ -640,7 +640,8 @@ class Runner:
             phases.append(("d", size, size))
             nch = 0
             if plan.fast == "winner":  # a projection: the winners' indices, -1 for none
-                nch = max(1, _permute_chunks(size, ssize))
+                # the winner does not depend on the chunking: one chunk per thread
+                nch = max(1, min(_permute_chunks(size, ssize), numba.get_num_threads()))
                 work.append(("f", nch * size, np.dtype(np.int64), -1))
                 phases += [("p", ssize, -nch if nch > 1 else 0), ("m", size, size * nch)]
             elif plan.fast is not None:
