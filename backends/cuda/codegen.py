@@ -27,7 +27,9 @@ Kernels (``@cuda.jit(cache=True)``), one per loop step, launched by ``runtime``:
   numbers, ``cuda.atomic.max/min`` for integer max/min, a compare-and-swap loop on the
   bit pattern for any other combination of one 32/64-bit number (float max/min
   included, for NaN propagation), and a per-target spin lock (taken with
-  ``cuda.atomic.cas``) for anything else (tuples, bools).
+  ``cuda.atomic.cas``) for anything else (tuples, bools).  A projection (scatter) is
+  deterministic: phase 1 takes each target's largest writing source index with
+  ``cuda.atomic.max``, phase 2 lets that winner alone write.
 
 No warp shuffles or votes are used: everything runs on the simulator.
 """
