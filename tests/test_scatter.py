@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import accel as A
-from accel.ad.forward import jvp
+from accel import jvp
 
 BACKENDS = ["interpreter", "fused", "cpu", "cuda"]
 EPS = 1e-6
