@@ -45,8 +45,7 @@ from accel.ast.nodes import (Acond, ALam, Alet, APrj, Arr, ATuple, Avar, Awhile,
                              Const, Exp, Fold, Generate, Index, Lam, Let, Map, Permute, PrimApp,
                              Prj, Program, Replicate, Reshape, Scan, Shape, Slice, Tuple, Unit, Use,
                              Var, While, ZipWith)
-from accel.ast.patterns import scalar_binop
-from accel.ast.projection import projection_side
+from accel.ast.patterns import projection_side, scalar_binop
 from accel.ast.traverse import recursion_headroom
 from accel.ast.trees import leaf_map, leaf_map2
 from accel.backends.interpreter_values import (ArrayValue, all_indices, check_bounds,

@@ -195,3 +195,17 @@ def test_other_combination_error_names_function_and_permute_line():
     with pytest.raises(A.NotDifferentiableError) as e:
         jvp(f, (np.ones(3),), (np.ones(3),), backend="interpreter")
     assert where in str(e.value) and str(e.value).count("(at ") == 1
+
+
+def test_projection_recogniser():
+    from accel.ast import nodes as N
+    from accel.ast.patterns import leafwise_binop, projection_side
+    from accel.ast.types import TupleT, bool_, float64
+    t = TupleT((float64, bool_))
+    x, y = N.Var(N.fresh("x"), t), N.Var(N.fresh("y"), t)
+    assert projection_side(N.Lam((x, y), x)) == 0
+    assert projection_side(N.Lam((x, y), N.Tuple((N.Prj(0, y), N.Prj(1, y))))) == 1
+    assert projection_side(N.Lam((x, y), N.Tuple((N.Prj(0, x), N.Prj(1, y))))) is None
+    # reverse mode's sum of tuples with a bool leaf is a leafwise (+)
+    total = N.Lam((x, y), N.Tuple((N.PrimApp("add", (N.Prj(0, x), N.Prj(0, y))), N.Prj(1, x))))
+    assert leafwise_binop(total) == "add" and projection_side(total) is None

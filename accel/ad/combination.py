@@ -3,9 +3,9 @@
 The reverse and forward ``Permute`` rules (``reverse/scatter.py``, ``forward/arr.py``)
 pick their rule by ``combination``:
 
-- ``"new"`` / ``"old"``: a projection (``accel.ast.projection``).  ``\\new old -> new``
-  is a scatter in which, among colliding writes, the last source index in row-major
-  order wins (API.md); ``\\new old -> old`` keeps the defaults.
+- ``"new"`` / ``"old"``: a projection (``accel.ast.patterns.projection_side``).
+  ``\\new old -> new`` is a scatter in which, among colliding writes, the last source
+  index in row-major order wins (API.md); ``\\new old -> old`` keeps the defaults.
 - ``"add"``, ``"mul"``, ``"max"``, ``"min"``: the operator applied to every leaf (either
   argument order).  Tuples are recognised for ``(+)`` only, which reverse mode itself
   emits for the index adjoints of arrays of tuples (bool leaves keep the first
@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from ..ast import nodes as N
 from ..ast.pretty import show
-from ..ast.projection import projection_side
+from ..ast.patterns import leafwise_binop, projection_side
 from ..ast.types import TupleT
 from ..errors import NotDifferentiableError
-from .blocks import flatten, fresh_leaves, leaves_of, tree_like
 
 #: The reductions with rules of their own (the projections are ``"new"``/``"old"``).
 REDUCTIONS = ("add", "mul", "max", "min")
@@ -39,32 +38,9 @@ def combination(lam: N.Lam) -> str | None:
 
 def leafwise_op(lam: N.Lam) -> str | None:
     """``op`` (one of ``REDUCTIONS``) if ``lam`` is ``\\x y -> op x y`` on every numeric
-    leaf, bool leaves being ``x``; tuples for ``add`` only; else None."""
-    if len(lam.params) != 2 or lam.params[0].type != lam.params[1].type:
-        return None
-    t = lam.params[0].type
-    xs, ys = fresh_leaves(t, "x"), fresh_leaves(t, "y")
-    env = {lam.params[0].name: tree_like(t, iter(xs)), lam.params[1].name: tree_like(t, iter(ys))}
-    try:
-        blk = flatten(lam.body, env)
-    except TypeError:
-        return None
-    bound = {b.outs[0].name: b.op for b in blk.binds
-             if len(b.outs) == 1 and isinstance(b.op, N.PrimApp)}
-    ops = set()
-    for r, x, y in zip(leaves_of(blk.result), xs, ys):
-        if x.type.is_bool and isinstance(r, N.Var) and r.name == x.name:
-            continue
-        op = bound.get(r.name) if isinstance(r, N.Var) else None
-        if op is None or len(op.args) != 2 or not all(isinstance(a, N.Var) for a in op.args):
-            return None
-        if sorted(a.name for a in op.args) != sorted((x.name, y.name)):
-            return None
-        ops.add(op.op)
-    if len(ops) != 1:
-        return None
-    op = ops.pop()
-    if op != "add" and isinstance(t, TupleT):
+    leaf (``patterns.leafwise_binop``); tuples for ``add`` only; else None."""
+    op = leafwise_binop(lam)
+    if op != "add" and isinstance(lam.params[0].type, TupleT):
         return None  # the product and tie rules are written for scalars
     return op if op in REDUCTIONS else None
 

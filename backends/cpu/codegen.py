@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass, field
 
 from accel.ast import nodes as N
-from accel.ast.projection import projection_side
+from accel.ast.patterns import projection_side
 from accel.ast.traverse import children, recursion_headroom
 from accel.ast.types import ArrayT, Scalar, TupleT, leaves
 from accel.errors import BackendError

@@ -40,7 +40,7 @@ import math
 from dataclasses import dataclass, field
 
 from accel.ast import nodes as N
-from accel.ast.projection import projection_side
+from accel.ast.patterns import projection_side
 from accel.ast.types import Scalar, leaves
 from accel.errors import BackendError
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,

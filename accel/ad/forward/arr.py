@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 from ...ast import nodes as N
-from ...ast.projection import projection_side
+from ...ast.patterns import projection_side
 from ...ast.traverse import freshen
 from ...ast.types import ATupleT, int64
 from ..anf import ABind, ABlock, ablock_term, aflatten
