@@ -13,7 +13,8 @@ from .ast.types import (ArrayT, ATupleT, Scalar, TupleT, bool_, float64, int64,
 from .errors import ProgramTypeError
 from .frontend import (Acc, All, AllMarker, Exp, IgnoreMarker, MaybeIndex, array_term, as_acc,
                        bind_array, bind_exp, from_term, lift_like, located, prim,
-                       require_array_level, shape_term, to_term, trace_alam, trace_lam)
+                       require_array_level, shape_term, to_term, trace_alam, trace_lam,
+                       user_location)
 
 # --------------------------------------------------------------------------- arrays
 
@@ -214,7 +215,7 @@ def permute(comb, defaults, f, src) -> Acc:
             else lf.type
         raise ProgramTypeError(f"permute: the index function must return an index of rank "
                                f"{d.rank} (the defaults array's) or A.ignore, got {got!r}")
-    return bind_array(N.Permute(lc, d.var, lf, s.var))
+    return bind_array(N.Permute(lc, d.var, lf, s.var, loc=user_location()))
 
 
 @located

@@ -45,7 +45,7 @@ from accel.ast.nodes import (Acond, ALam, Alet, APrj, Arr, ATuple, Avar, Awhile,
                              Const, Exp, Fold, Generate, Index, Lam, Let, Map, Permute, PrimApp,
                              Prj, Program, Replicate, Reshape, Scan, Shape, Slice, Tuple, Unit, Use,
                              Var, While, ZipWith)
-from accel.ast.patterns import scalar_binop
+from accel.ast.patterns import projection_side, scalar_binop
 from accel.ast.traverse import recursion_headroom
 from accel.ast.trees import leaf_map, leaf_map2
 from accel.backends.interpreter_values import (ArrayValue, all_indices, check_bounds,
@@ -408,9 +408,15 @@ def _a_permute(a: Permute, aenv):
         lin = linear_positions(tix, tshape, kidx.size)
         vals = leaf_map(lambda d: d.reshape(-1)[kidx], src.data)
         fast = scalar_binop(a.comb, _UFUNCS)
+        side = projection_side(a.comb)
         if fast is not None:
             _UFUNCS[fast].at(out, lin, vals)
-        else:
+        elif side == 0:  # scatter: each target's last source (row-major) wins
+            win = np.full(prod(tshape), -1, dtype=np.int64)
+            np.maximum.at(win, lin, np.arange(kidx.size))
+            hit = np.flatnonzero(win >= 0)
+            store_lanes(out, hit, take_lanes(vals, win[hit]))
+        elif side is None:
             _permute_rounds(a.comb, out, lin, vals, aenv)
     return ArrayValue(tshape, leaf_map(lambda d: d.reshape(tshape), out))
 

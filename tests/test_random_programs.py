@@ -4,7 +4,9 @@
 - for differentiable programs (float results summed to a scalar ``loss``): the gradient
   program type-checks, reverse mode == forward mode along random directions == finite
   differences away from kinks, store mode == recompute mode, every backend runs the
-  gradient program like the interpreter, and ``<vjp(ct), t> == <ct, jvp(t)>``.
+  gradient program like the interpreter, and ``<vjp(ct), t> == <ct, jvp(t)>``;
+- the gradients differentiate again (reverse over reverse, forward over reverse, finite
+  differences of the gradient), for a few programs, scatters among them.
 
 The cpu backend gets few, small, derandomized examples (numba compiles are slow; the
 same examples every run hit its disk cache).
@@ -31,7 +33,7 @@ from accel.pipeline import BACKENDS
 from accel.testing.programs import ALL_FEATURES, ProgramDesc, generate_program
 from accel.testing.sources import RandomSource, ReplaySource
 from accel.testing.properties import (PropertyFailure, Skip, check_backends, check_gradient,
-                                      gradient_typechecks, usable)
+                                      check_second_order, gradient_typechecks, usable)
 from accel.testing.soak import shrink
 from strategies import SLOW, programs, slow_settings
 
@@ -136,6 +138,43 @@ def test_cpu_backend_runs_gradient_programs_like_the_interpreter(desc):
         check_gradient(desc, backends=["cpu"], directions=1, modes=("store",))
     except Skip:
         pass
+
+
+def _scatters(n, seed):
+    """The first ``n`` differentiable programs of a seeded sample that scatter
+    (``permute (\\new old -> new)``, colliding targets in most of them)."""
+    out = []
+    for i in range(400):
+        d = generate_program(RandomSource(random.Random(f"{seed}:{i}")), differentiable=True,
+                             max_stmts=4)
+        if "lambda new, old: new" in d.source:
+            out.append(d)
+            if len(out) == n:
+                return out
+    raise AssertionError("the generator drew too few scatters")
+
+
+def test_scatter_programs_on_every_backend():
+    # primal and gradient of generated scatters against the interpreter, forward mode and
+    # finite differences, on every backend
+    for d in _scatters(2, seed=21):
+        check_backends(d, OTHER + (["cpu"] if CPU else []))
+        try:
+            check_gradient(d, backends=OTHER + (["cpu"] if CPU else []), directions=1,
+                           modes=("recompute",))
+        except Skip:
+            pass
+
+
+def test_gradients_differentiate_again():
+    # reverse over reverse and forward over reverse of generated programs (scatters
+    # included) against finite differences of the gradient; one on the cpu backend too
+    descs = _scatters(2, seed=23) + _sample(2, differentiable=True, seed=29)
+    for k, d in enumerate(descs):
+        try:
+            check_second_order(d, backends=["cpu"] if CPU and k == 0 else ["interpreter"])
+        except Skip:
+            pass
 
 
 def test_properties_detect_a_wrong_backend(monkeypatch):

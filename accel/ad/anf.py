@@ -102,6 +102,8 @@ class AFlattener:
                 kw[name] = self.var(getattr(a, name), env)
         if isinstance(a, N.Scan):
             kw["left"] = a.left
+        if isinstance(a, N.Permute):
+            kw["loc"] = a.loc
         return self.bind(type(a)(**kw), a.type)
 
 

@@ -455,6 +455,8 @@ class Permute(Arr):
     f: Lam
     src: Arr
     type: object = field(init=False, compare=False, repr=False)
+    #: ``file:line`` of the user's ``permute`` (AD errors cite it); not part of the structure
+    loc: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self):
         dt, st = _array_type("permute", self.defaults), _array_type("permute", self.src)

@@ -15,7 +15,13 @@ needs a slightly different question, so there are three entry points over one ma
 - ``leafwise_binop(lam)``: ``op`` if both parameters have one (possibly tuple) type and
   every leaf of the result is ``op`` of the two parameters' leaves at the same path
   (either order per leaf), lets and projections followed; ``\\(a, b) (c, d) -> (a + c,
-  d + b)`` gives ``"add"``.  Forward mode's rule for reductions of tuples.
+  d + b)`` gives ``"add"``; a bool leaf may instead be the first parameter's (the sum
+  reverse mode writes for adjoints of tuples with bool leaves).  Forward mode's rule for
+  reductions of tuples; the AD rules of permutes of tuples.
+- ``projection_side(lam)``: 0 for ``\\new old -> new``, 1 for ``\\new old -> old`` (lets,
+  tuples and projections followed, so ``(x.0, x.1)`` is ``x``), else None.  A scatter:
+  among colliding writes the last source in row-major order wins (API.md); the
+  backends make that deterministic and AD gives the winner the adjoint.
 """
 
 from __future__ import annotations
@@ -108,6 +114,8 @@ def _result_ops(t, v, path: tuple, ops: set) -> bool:
     if isinstance(t, TupleT):
         return type(v) is tuple and len(v) == len(t.items) and all(
             _result_ops(s, x, path + (k,), ops) for k, (s, x) in enumerate(zip(t.items, v)))
+    if t.is_bool and type(v) is _Leaf and v.side == 0 and v.path == path:
+        return True
     if type(v) is not tuple or len(v) != 4 or v[0] != "app":
         return False
     _, op, a, b = v
@@ -117,9 +125,9 @@ def _result_ops(t, v, path: tuple, ops: set) -> bool:
     return True
 
 
-def leafwise_binop(lam: Lam):
-    """``op`` if ``lam`` applies ``op`` leafwise to its two parameters of one type (either
-    order per leaf), else None."""
+def _symbolic(lam: Lam):
+    """``lam``'s body evaluated over its two parameters' leaves (None if it does not
+    match or the parameters differ in type)."""
     if len(lam.params) != 2 or lam.params[0].type != lam.params[1].type:
         return None
     t = lam.params[0].type
@@ -128,9 +136,37 @@ def leafwise_binop(lam: Lam):
         return None
     env = {p.name: _param_tree(t, 0), q.name: _param_tree(t, 1)}
     try:
-        v = _sym(lam.body, env)
+        return _sym(lam.body, env)
     except _NoMatch:
         return None
+
+
+def _is_param(t, v, side: int, path: tuple) -> bool:
+    if isinstance(t, TupleT):
+        return type(v) is tuple and len(v) == len(t.items) and all(
+            _is_param(s, x, side, path + (k,)) for k, (s, x) in enumerate(zip(t.items, v)))
+    return type(v) is _Leaf and v.side == side and v.path == path
+
+
+def projection_side(lam: Lam):
+    """0 if ``lam`` is ``\\new old -> new``, 1 if it is ``\\new old -> old``, else None."""
+    v = _symbolic(lam)
+    if v is None:
+        return None
+    t = lam.params[0].type
+    for side in (0, 1):
+        if _is_param(t, v, side, ()):
+            return side
+    return None
+
+
+def leafwise_binop(lam: Lam):
+    """``op`` if ``lam`` applies ``op`` leafwise to its two parameters of one type (either
+    order per leaf; bool leaves may be the first parameter's), else None."""
+    v = _symbolic(lam)
+    if v is None:
+        return None
+    t = lam.params[0].type
     ops: set = set()
     if not _result_ops(t, v, (), ops):
         return None

@@ -15,6 +15,8 @@ the soak.
   store and recompute modes agree; every backend runs the gradient program like the
   interpreter; and the dot-product test ``<vjp(ct), t> == <ct, jvp(t)>`` holds for the
   program's (non-scalar, maybe tuple) results, with ``A.vjp`` traced inside a program.
+- ``second_order``: the gradient program differentiates again, in both modes (reverse
+  over reverse, forward over reverse), agreeing with finite differences of the gradient.
 """
 
 from __future__ import annotations
@@ -294,4 +296,83 @@ def _check_dot_product(desc, prog, args, wrt, rng):
                               f"<vjp(ct), t> = {lhs!r} but <ct, jvp(t)> = {rhs!r}")
 
 
-PROPERTIES = {"backends": check_backends, "gradient": check_gradient}
+def check_second_order(desc: ProgramDesc, backends=None, seed: int = 0):
+    """The gradient differentiates again: with ``S = <w, gradientA(loss)>`` for random
+    weights ``w``, reverse over reverse (``gradientA(S)``) agrees with forward over
+    reverse (``<w, jvp(gradientA(loss))(t)> = <gradientA(S), t>``, the Hessian being
+    symmetric) and with finite differences of ``S`` away from kinks; every backend in
+    ``backends`` runs ``gradientA(S)`` like the interpreter."""
+    if not desc.differentiable:
+        raise Skip("not differentiable")
+    args = desc.args()
+    wrt = tuple(i for i, a in enumerate(args) if a.dtype.kind == "f")
+    if not wrt:
+        raise Skip("no floating parameter")
+    _, loss = desc.build()
+    rng = np.random.default_rng(seed)
+    ws = [rng.standard_normal(args[i].shape) for i in wrt]
+    g = A.gradientA(loss, wrt=wrt)
+
+    def weighted(*xs):
+        total = None
+        for gi, w in zip(leaves(g(*xs)), ws):
+            s = A.sum_all(A.zip_with(lambda p, q: p * q, gi, A.use(w)))
+            total = s if total is None else A.zip_with(lambda p, q: p + q, total, s)
+        return total
+
+    s_run = A.compile(weighted, backend="interpreter")
+    try:
+        v = float(s_run(*args))
+        rr = A.run(A.gradientA(weighted, wrt=wrt), *desc.args(), backend="interpreter")
+    except Exception as e:
+        raise PropertyFailure("second_order", f"reverse over reverse {type(e).__name__}",
+                              _describe(e)) from e
+    rr = leaves(rr)
+    for b in available_backends(backends):
+        if b == "interpreter":
+            continue
+        try:
+            rb = A.run(A.gradientA(weighted, wrt=wrt), *desc.args(), backend=b)
+        except Exception as e:
+            raise PropertyFailure("second_order", f"{b} {type(e).__name__}",
+                                  _describe(e)) from e
+        assert_same_values(tuple(rr), tuple(leaves(rb)), f"reverse over reverse on {b!r}",
+                           prop="second_order", rtol64=1e-8)
+    if not np.isfinite(v) or abs(v) > 1e8 or not all(np.all(np.isfinite(x)) for x in rr):
+        raise Skip("non-finite or huge")
+    ts = [rng.standard_normal(args[i].shape) for i in wrt]
+    t_full = [None] * len(args)
+    for i, t in zip(wrt, ts):
+        t_full[i] = t
+    rev = float(sum(np.sum(r * t) for r, t in zip(rr, ts)))
+    scale = float(sum(np.sum(np.abs(r * t)) for r, t in zip(rr, ts)))
+    try:
+        _, gdot = A.jvp(g, tuple(desc.args()), tuple(t_full), backend="interpreter")
+    except Exception as e:
+        raise PropertyFailure("second_order", f"forward over reverse {type(e).__name__}",
+                              _describe(e)) from e
+    fwd = float(sum(np.sum(w * d) for w, d in zip(ws, leaves(gdot))))
+    fscale = float(sum(np.sum(np.abs(w * d)) for w, d in zip(ws, leaves(gdot))))
+    if not abs(rev - fwd) <= 1e-7 * (scale + fscale) + 1e-9:
+        raise PropertyFailure("second_order", "reverse over reverse != forward over reverse",
+                              f"<gradientA(S), t> = {rev!r} but <w, jvp(gradient)(t)> = "
+                              f"{fwd!r}")
+
+    def value(xs):
+        full = list(desc.args())
+        for i, x in zip(wrt, xs):
+            full[i] = x
+        return float(s_run(*full))
+
+    fd = _directional_fd(value, [args[i] for i in wrt], ts, scale)
+    if fd is None:
+        return "ok (kink: no finite differences)"
+    if not abs(fd - rev) <= 1e-5 * (abs(rev) + scale) + 1e-6 * (1.0 + abs(v)):
+        raise PropertyFailure("second_order", "reverse over reverse != finite differences",
+                              f"<gradientA(S), t> = {rev!r} but finite differences give "
+                              f"{fd!r}")
+    return "ok"
+
+
+PROPERTIES = {"backends": check_backends, "gradient": check_gradient,
+              "second_order": check_second_order}

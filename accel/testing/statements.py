@@ -245,7 +245,9 @@ class StatementGen(ExpressionGen):
             (4, ("permute_add", "lambda p, q: p + q")),
             (3, ("permute_max", "lambda p, q: A.max(p, q)")),
             (1, ("permute_min", "lambda p, q: A.min(p, q)")),
-            (1, ("permute_mul", "lambda p, q: p * q"))])
+            (1, ("permute_mul", "lambda p, q: p * q")),
+            (3, ("permute_scatter", "lambda new, old: new")),
+            (1, ("permute_keep", "lambda new, old: old"))])
 
         def body(blk):
             tgt = self._target(blk, d)

@@ -50,7 +50,10 @@ Design in brief (details in the modules' docstrings):
   totals, carries, rescans).  Permute: defaults in parallel, then a serial scatter,
   or for ``+``/``*``/``max``/``min`` on numbers and a large source, 2 to 16 private
   buffers (chunks of the source in parallel; as many as the shapes make worth it)
-  merged in order.
+  merged in order.  A projection (``\\new old -> new``, scatter) runs in parallel and
+  deterministically: each chunk of sources records per target its last writing source
+  index, then each target takes the winner of the last chunk that wrote it (the last
+  source in row-major order) and computes that one value.
 * Subnormals are exact unless ``ACCEL_FLUSH_SUBNORMALS=1`` at compile time, which has
   every kernel function set and restore FTZ/DAZ (``fpmode``).
 * Programs whose plan depends only on their arguments' shapes replay it as a list of
@@ -65,7 +68,8 @@ Design in brief (details in the modules' docstrings):
   numba cache files are rebuilt.
 
 Limitations: the chunked scan exists only for single-row scans (rank-1 sources); a
-permute with another combination (or tuple elements) scatters serially; kernels run in
+permute with another combination (or tuple elements), other than a projection, scatters
+serially; kernels run in
 the threading layer numba picks (omp by default here: not fork-safe, see
 NUMBA_NOTES.md section 4); a cold kernel costs about 0.1-1 s of numba compilation, plus
 about 0.5 s for a step's parallel driver the first time it is needed.

@@ -5,13 +5,17 @@ Phase ``d`` writes the defaults in parallel; phase ``p`` scatters.  For ``+``/``
 ``max``/``min`` on a number and a large source the scatter runs in parallel into 2 to
 ``PERMUTE_CHUNKS`` private buffers (as many as the shapes make worth it:
 :func:`permute_chunks`, a function of the shapes only, so results do not depend on the
-thread count), merged in chunk order by phase ``m``; otherwise it is serial.
+thread count), merged in chunk order by phase ``m``; a projection (``\new old -> new``,
+a scatter in which the last source in row-major order wins) runs in parallel in two
+passes (:func:`emit_projection`); any other combination scatters serially.
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
+from accel.ast.patterns import projection_side
 from accel.ast.types import leaves
 from accel.backends.numba.host import shape_of, size_of
 from accel.backends.numba.kernelgen import at, fast_comb, out_names
@@ -34,6 +38,8 @@ def emit(s: KPermute, check: bool):
     identity) scattered in parallel, chunk c of the sources into buffer c, and phase
     ``m`` then combines, for every target, its chunks' values in chunk order.  Any other
     combination scatters serially into the output."""
+    if projection_side(s.comb) is not None:
+        return emit_projection(s, check)
     g = KernelGen(check)
     elt = s.out.type.elt
     ts = leaves(elt)
@@ -89,6 +95,53 @@ def emit(s: KPermute, check: bool):
     return g, {"fast": fast}
 
 
+def emit_projection(s: KPermute, check: bool):
+    """A permute whose combination is a projection (``\\new old -> new``: the write from
+    the last source in row-major order wins; ``\\new old -> old``), in parallel and
+    deterministic, O(n) with no sorting or atomics.  Phase ``d``: the defaults.  Phase
+    ``p``: chunk ``c`` of the sources records, in ``priv[c * size + target]``
+    (initialised to -1), the last source index of the chunk writing each target.
+    Phase ``m``, parallel over targets: the last chunk that wrote a target holds its
+    winner, whose value is computed there and combined once."""
+    g = KernelGen(check)
+    elt = s.out.type.elt
+    trank = len(s.out_shape.type.items)
+    srank = len(s.shape.type.items)
+    tn, nch = g.slot(("size",)), g.slot(("mode",))
+    tdims = [g.slot(("out", d)) for d in range(trank)]
+    sdims = [g.slot(("src", d)) for d in range(srank)]
+    outs = out_names(0, s.out.type)
+    g.work = outs + ["priv"]
+    g.begin("d")
+    k = g.fresh("k")
+    g.loop(k, "range(lo, hi)")
+    g.store(outs, k, g.apply(s.defaults, (tuple(g.unravel(k, tdims)),)))
+    g.begin("p")
+    base = g.fresh("pb")
+    g.emit(f"{base} = c * {tn}")
+    k = g.fresh("k")
+    g.loop(k, "range(lo, hi)")
+    tix = g.scatter_target(s.target, g.unravel(k, sdims), tdims)
+    if check and tix:
+        g.ind -= 1
+        g.emit("else:")
+        g.ind += 1
+    g.emit(f"priv[{base} + {g.offset(tix, tdims)}] = {k}")
+    g.begin("m")
+    k, c, w = g.fresh("k"), g.fresh("c"), g.fresh("w")
+    g.loop(k, "range(lo, hi)")
+    g.emit(f"{w} = -1")
+    g.loop(c, f"range({nch} - 1, -1, -1)")
+    g.emit(f"{w} = priv[{c} * {tn} + {k}]")
+    g.emit(f"if {w} >= 0:")
+    g.emit("    break")
+    g.ind -= 1
+    g.emit(f"if {w} >= 0:")
+    g.ind += 1
+    v = g.apply(s.value, (tuple(g.unravel(w, sdims)),))
+    old = rebuild(elt, iter(at(b, k) for b in outs))
+    g.store(outs, k, g.apply(s.comb, (v, old)))
+    return g, {"fast": "winner"}
 
 
 def permute_chunks(size: int, ssize: int) -> int:
@@ -129,7 +182,12 @@ def launch(s: KPermute, plan, ev) -> Launch:
     work = [("o", k) for k in range(sum(len(o[2]) for o in outs))]
     phases = [("d", size, size)]
     nch = 0
-    if plan.fast is not None:
+    if plan.fast == "winner":  # a projection: the winners' indices, -1 for none
+        # the winner does not depend on the chunking: one chunk per thread
+        nch = max(1, min(permute_chunks(size, ssize), numba.get_num_threads()))
+        work.append(("f", nch * size, np.dtype(np.int64), -1))
+        phases += [("p", ssize, -nch if nch > 1 else 0), ("m", size, size * nch)]
+    elif plan.fast is not None:
         nch = permute_chunks(size, ssize)
         priv = nch * size
         if nch:

@@ -28,7 +28,9 @@ Kernels (``@cuda.jit(cache=True)``), one per loop step, launched by ``runtime``:
   numbers, ``cuda.atomic.max/min`` for integer max/min, a compare-and-swap loop on the
   bit pattern for any other combination of one 32/64-bit number (float max/min
   included, for NaN propagation), and a per-target spin lock (taken with
-  ``cuda.atomic.cas``) for anything else (tuples, bools).
+  ``cuda.atomic.cas``) for anything else (tuples, bools).  A projection (scatter) is
+  deterministic: phase 1 takes each target's largest writing source index with
+  ``cuda.atomic.max``, phase 2 lets that winner alone write.
 
 No warp shuffles or votes are used: everything runs on the simulator.
 """
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from accel.ast.patterns import projection_side
 from accel.ast.traverse import recursion_headroom
 from accel.ast.types import Scalar, leaves
 from accel.errors import BackendError
@@ -321,8 +324,12 @@ def gen_scan(s: KScan, check: bool, block: int):
 
 def permute_mode(s: KPermute) -> str:
     """How the scatter combines: ``atomic_add``, ``atomic_max``, ``atomic_min``, ``cas``
-    (a compare-and-swap loop on one 32/64-bit number) or ``lock`` (per-target lock)."""
+    (a compare-and-swap loop on one 32/64-bit number), ``lock`` (per-target lock) or
+    ``winner`` (a projection: the last source in row-major order writes, see
+    ``_gen_winner``)."""
     ts = leaves(s.out.type.elt)
+    if projection_side(s.comb) is not None:
+        return "winner"
     fast = fast_comb(s.comb)
     if len(ts) == 1 and ts[0].is_num:
         t = ts[0]
@@ -352,6 +359,8 @@ def gen_permute(s: KPermute, check: bool, block: int):
         bits = outs[0]
     if mode == "lock":
         g.extra.append(("lock", ("array", "int32")))
+    if mode == "winner":
+        g.extra.append(("win", ("array", "int64")))
     g.emit(f"if {phase} == 0:")
     g.ind += 1
     k = g.fresh("k")
@@ -360,8 +369,13 @@ def gen_permute(s: KPermute, check: bool, block: int):
     g.put(outs, k, ts, g.apply(s.defaults, (tuple(ix),)))
     if mode == "lock":
         g.emit(f"lock[{k}] = np.int32(0)")
+    if mode == "winner":
+        g.emit(f"win[{k}] = np.int64(-1)")
     g.emit("pass")
     g.ind -= 2
+    if mode == "winner":
+        _gen_winner(g, s, check, (phase, sn, tdims, sdims, outs, ts))
+        return g, outs, _dtypes(s.out.type), {"mode": mode}
     g.emit("else:")
     g.ind += 1
     k = g.fresh("k")
@@ -412,6 +426,45 @@ def gen_permute(s: KPermute, check: bool, block: int):
         g.ind -= 2
     g.emit("pass")
     return g, outs, _dtypes(s.out.type), {"mode": mode}
+
+
+def _gen_winner(g, s: KPermute, check: bool, slots) -> None:
+    """A projection's scatter, deterministic under any schedule: phase 1 records each
+    target's winner, the largest source linear index writing it (``cuda.atomic.max`` on
+    ``win``); phase 2 (a second launch, so phase 1 has finished everywhere) lets each
+    winner alone apply the combination.  Two passes over the sources, no sorting."""
+    phase, sn, tdims, sdims, outs, ts = slots
+    elt = s.out.type.elt
+    base = g.ind
+    for ph in (1, 2):
+        g.ind = base
+        g.emit(f"elif {phase} == 1:" if ph == 1 else "else:")
+        g.ind += 1
+        k = g.fresh("k")
+        g.grid_loop(k, sn)
+        ix = g.unravel(k, sdims)
+        tv = g.apply(s.target, (tuple(ix),))
+        keep, tix = tv[0], flat(tv[1])
+        g.emit(f"if {keep}:")
+        g.ind += 1
+        if check and tix:
+            g.emit(f"if not ({g.in_bounds(tix, tdims)}):")
+            g.ind += 1
+            if ph == 1:
+                g.record(Site("permute (target index)", None, len(tix)), tix)
+            g.emit("continue")
+            g.ind -= 1
+        pos = g.offset(tix, tdims)
+        if ph == 1:
+            g.emit(f"cuda.atomic.max(win, {pos}, np.int64({k}))")
+        else:
+            g.emit(f"if win[{pos}] == {k}:")
+            g.ind += 1
+            v = flat(g.apply(s.value, (tuple(ix),)))
+            old = rebuild(elt, iter(f"{b}[{pos}]" for b in outs))
+            g.put(outs, pos, ts, g.apply(s.comb, (rebuild(elt, iter(v)), old)))
+        g.emit("pass")
+    g.ind = base
 
 
 _GEN = {KGenerate: gen_generate, KFold: gen_fold, KScan: gen_scan, KPermute: gen_permute}

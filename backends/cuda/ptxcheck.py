@@ -87,6 +87,11 @@ def extra_corpus() -> dict:
             A.scanl(lambda p, q: p | q, False, A.map(lambda v: v > 0.9, a)),
             A.fold1(lambda p, q: A.max(p, q), k),
             A.scanr1(lambda p, q: p + q, k)), (m, mi)),
+        "x_permute_winner": (lambda a, t: (
+            A.permute(lambda new, old: new, A.fill((5,), 0.5), lambda i: t[i] % 5,
+                      A.backpermute((17,), lambda i: i, a)),
+            A.permute(lambda new, old: new, A.fill((3,), (0.0, 0)), lambda i: t[i] % 3,
+                      A.generate((17,), lambda i: (a[i], t[i])))), (x, ix)),
         "x_permute_lock_tuple": (lambda a, t: A.permute(
             lambda p, q: (p[0] + q[0], A.max(p[1], q[1])),
             A.fill((3,), (0.0, 0)), lambda i: t[i] % 3,

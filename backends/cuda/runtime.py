@@ -200,10 +200,14 @@ class Runner:
                 extra.append(b.view(np.int64 if b.dtype.itemsize == 8 else np.int32))
             elif plan.mode == "lock":
                 extra.append(self.cuda.device_array(max(size, 1), dtype=np.int32))
+            elif plan.mode == "winner":  # each target's winning source index
+                extra.append(self.cuda.device_array(max(size, 1), dtype=np.int64))
             if size:
                 launches.append((self._grid(size), {("phase",): 0}))
                 if ssize:
                     launches.append((self._grid(ssize), {("phase",): 1}))
+                    if plan.mode == "winner":
+                        launches.append((self._grid(ssize), {("phase",): 2}))
         else:
             raise BackendError(f"cuda backend: unknown step {type(s).__name__}")
         vals[("size",)] = size

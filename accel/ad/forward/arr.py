@@ -7,16 +7,16 @@ from __future__ import annotations
 
 
 from ...ast import nodes as N
-from ...ast.pretty import show
+from ...ast.patterns import projection_side
 from ...ast.traverse import freshen
 from ...ast.types import ATupleT, int64
-from ...errors import NotDifferentiableError
 from ..anf import ABind, ABlock, ablock_term, aflatten
 from ..anf import leaves as aleaves
 from ..anf import paths as apaths
 from ..anf import tree_like as atree_like
 from ..anf import type_leaves as atype_leaves
 from ..blocks import zero
+from ..combination import not_differentiable
 from .exp import ExpTangent, jvp_lam
 from .terms import (tangent_var, prim, lam_of, let_apply, is_float, add_lam, combiner_op, prj_lam,
                     aprj, arr_atoms, fresh_spec, tie_lam)
@@ -128,6 +128,13 @@ def permute(fwd, b: ABind):
     dd, sd = fwd.dot(op.defaults), fwd.dot(op.src)
     if dd is None and sd is None and not fwd.reads_active(op.comb):
         return fwd.keep(b)
+    if projection_side(op.comb) is not None:
+        # forward (projection): y_dot = Permute proj d_dot f s_dot (the winner is chosen
+        #          by index alone, so the tangent scatter picks the winner's tangent)
+        fwd.keep(b)
+        dd = dd if dd is not None else fwd.zeros_like(op.defaults)
+        sd = sd if sd is not None else fwd.zeros_like(op.src)
+        return fwd.set_dot(y, N.Permute(freshen(op.comb), dd, freshen(op.f), sd))
     kind = None if fwd.reads_active(op.comb) else combiner_op(op.comb)
     elt = y.type.elt
     if kind == "add":
@@ -154,9 +161,7 @@ def permute(fwd, b: ABind):
                                  pairs(op.src, sd)))
         fwd.binds.append(ABind((y,), N.Map(prj_lam(pv.type.elt, 0), pv)))
         return fwd.set_dot(y, N.Map(prj_lam(pv.type.elt, 1), pv))
-    raise NotDifferentiableError(
-        "permute: forward-mode differentiation needs the combination function to be (+), "
-        f"*, max or min, got {show(op.comb)}")
+    raise not_differentiable(op, "forward")
 
 def backpermute(fwd, b: ABind):
     # primal:  y = Backpermute sh f a;  forward: y_dot = Backpermute sh f a_dot

@@ -1,20 +1,27 @@
 """Reverse rules of ``Permute`` (scatter), one function per combination operator.
 
-``permute`` picks the rule by the combination function (``terms.binop_of``) from
-``COMBINATION_RULES``; a new combination operator is one more function and one
-more table entry.  Each rule contributes to the defaults ``d`` and the source
-``src`` through the two target helpers of ``Targets``.
+``permute`` picks the rule by the combination function (``combination.combination``:
+``+`` on numbers or leafwise on tuples, ``*``, ``max``, ``min``, or a projection) from
+``COMBINATION_RULES``; a new combination operator is one more function and one more
+table entry.  Each rule contributes to the defaults ``d`` and the source ``src``
+through the two target helpers of ``Targets``.
+
+The scatter (``\\new old -> new``: the last source in row-major order wins) is the
+derivative of a gather from each target's winner.  The winners are computed in accel
+itself, a ``Permute max`` of the sources' linear indices into an array of ``-1``: cost
+O(n + m), no sorting, and an integer array, so the derivative program differentiates
+again in both modes (it is gathers and a ``Permute (+)`` for reverse over reverse).
 """
 
 from __future__ import annotations
 
 from ...ast import nodes as N
-from ...ast.pretty import show
 from ...ast.traverse import apply_lam, freshen
-from ...ast.types import Scalar, shape_type
+from ...ast.types import Scalar, int64, shape_type
 from ...errors import NotDifferentiableError
 from ..blocks import zero
-from .terms import add_lam, binop_of, lam1
+from ..combination import combination, not_differentiable
+from .terms import add_lam, lam1
 
 class Scatter:
     """One ``Permute`` being differentiated: its parts and the two adjoint layouts.
@@ -48,13 +55,11 @@ def permute(rev, b, y, dy):
     # primal:  y = Permute comb d f src   (y[t] = comb(src[i], y[t]) for f(i) = t)
     # reverse: by the combination function, from COMBINATION_RULES
     op = b.op
-    kind = binop_of(op.comb)
+    kind = combination(op.comb)
     elt = y.type.elt
     if kind not in COMBINATION_RULES:
-        raise NotDifferentiableError(
-            f"permute: reverse mode is defined for the combination functions +, *, max "
-            f"and min, not {show(op.comb)}")
-    if kind != "add" and not (isinstance(elt, Scalar) and elt.is_float):
+        raise not_differentiable(op, "reverse")
+    if kind in ("mul", "max", "min") and not (isinstance(elt, Scalar) and elt.is_float):
         raise NotDifferentiableError(f"permute: {kind} on {elt!r} elements")
     COMBINATION_RULES[kind](rev, Scatter(op, y, dy))
 
@@ -114,10 +119,50 @@ def permute_mul(rev, s: Scatter):
     rev.contribute(src, s.at_target(lambda i, t: others(N.Index(src, i), t)))
 
 
-#: combination operator (as ``terms.binop_of`` names it) -> its reverse rule
+def _linear(ix: N.Exp, sh: N.Exp, rank: int) -> N.Exp:
+    """The row-major linear index of ``ix`` in shape ``sh``."""
+    lin = N.Const(0, int64)
+    for d in range(rank):
+        lin = N.PrimApp("add", (N.PrimApp("mul", (lin, N.Prj(d, sh))), N.Prj(d, ix)))
+    return lin
+
+
+def winners(rev, s: Scatter) -> N.Avar:
+    """Each target's winning source (its linear index), -1 where nothing lands:
+    ``Permute max (fill -1) f (Generate (shape src) linear)``."""
+    rs = s.src.type.rank
+    i = N.Var(N.fresh("i"), shape_type(rs))
+    lin = rev.emit(N.Generate(N.Shape(s.src), N.Lam((i,), _linear(i, N.Shape(s.src), rs))))
+    none = rev.emit(s.over_defaults(lambda t: N.Const(-1, int64)))
+    a, b = N.Var(N.fresh("x"), int64), N.Var(N.fresh("y"), int64)
+    return rev.emit(N.Permute(N.Lam((a, b), N.PrimApp("max", (a, b))), none,
+                              freshen(s.op.f), lin))
+
+
+def permute_scatter(rev, s: Scatter):
+    # primal:  y = Permute (\new old -> new) d f src   (the last source wins)
+    # reverse: w = Permute max (fill -1) f (Generate (shape src) linear)
+    #          d   += \t -> if w[t] == -1 then dy[t] else 0
+    #          src += \i -> if w[f i] == linear i then dy[f i] else 0  (0 where ignored)
+    w = winners(rev, s)
+    rs = s.src.type.rank
+    rev.contribute(s.d, s.over_defaults(lambda t: N.Cond(
+        _eq(N.Index(w, t), N.Const(-1, int64)), N.Index(s.dy, t), s.z)))
+    rev.contribute(s.src, s.at_target(lambda i, t: N.Cond(
+        _eq(N.Index(w, t), _linear(i, N.Shape(s.src), rs)), N.Index(s.dy, t), s.z)))
+
+
+def permute_keep(rev, s: Scatter):
+    # primal:  y = Permute (\new old -> old) d f src  (= d);  reverse: d += dy
+    rev.contribute(s.d, s.dy)
+
+
+#: combination operator (as ``combination.combination`` names it) -> its reverse rule
 COMBINATION_RULES = {
     "add": permute_add,
     "max": permute_extremum,
     "min": permute_extremum,
     "mul": permute_mul,
+    "new": permute_scatter,
+    "old": permute_keep,
 }
