@@ -12,8 +12,9 @@ from .ast.types import (ArrayT, ATupleT, Scalar, TupleT, bool_, float64, int64,
                          scalar_of_dtype, shape_type)
 from .errors import ProgramTypeError
 from .frontend import (Acc, All, Exp, _acc, _All, _Ignore, _MaybeIndex, _require_array_level,
-                       array_term, bind_array, from_term, lift_like, located, prim,
-                       shape_term, to_term, trace_alam, trace_lam, _bind_exp)
+                       PermuteTarget, array_term, bind_array, from_term, ignore_target,
+                       lift_like, located, prim, shape_term, to_term, trace_alam, trace_lam,
+                       _bind_exp)
 
 # --------------------------------------------------------------------------- arrays
 
@@ -207,7 +208,7 @@ def permute(comb, defaults, f, src) -> Acc:
                                "different element types")
     lc = trace_lam("permute", comb, (d.dtype, d.dtype), result_type=d.dtype)
     lf = trace_lam("permute", f, (shape_type(s.rank),), index_rank=s.rank,
-                   result_type="permute-target")
+                   result_type=PermuteTarget(d.rank))
     want = TupleT((bool_, shape_type(d.rank)))
     if lf.type != want:
         got = lf.type.items[1] if isinstance(lf.type, TupleT) and len(lf.type.items) == 2 \
@@ -358,8 +359,7 @@ def _cond_target(c, t, e):
         if isinstance(x, _MaybeIndex):
             return x.term
         if isinstance(x, _Ignore):
-            return N.Tuple((N.Const(False, bool_),
-                            N.Tuple(tuple(N.Const(0, int64) for _ in range(rank)))))
+            return ignore_target(rank)
         return N.Tuple((N.Const(True, bool_), shape_term(x, "permute target")))
 
     known = [x for x in (t, e) if not isinstance(x, _Ignore)]

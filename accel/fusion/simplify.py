@@ -38,9 +38,11 @@ rounds); each pass is also a public function from ``Program`` to ``Program``:
   vanish.  A ``Map``/``ZipWith`` of a producer used only there (``Map``,
   ``ZipWith``, ``Generate``) takes the producer's function in (``Map f (Map g a) =
   Map (f . g) a``): no work is repeated, and tuples built by ``g`` and projected by
-  ``f`` then cancel.  With ``adjoint_zeros=True`` (after AD) ``x + 0.0 = x`` is used too
-  (it only loses the sign of a zero, which does not matter for sums of adjoints),
-  as are ``Permute`` of a zero source and indexing a constant array.
+  ``f`` then cancel.  A ``Permute`` whose index function is ``A.ignore`` on every path
+  writes nothing and is its defaults.  With ``adjoint_zeros=True`` (after AD)
+  ``x + 0.0 = x`` is used too (it only loses the sign of a zero, which does not matter
+  for sums of adjoints), as are ``Permute`` of a zero source and indexing a constant
+  array.
 
 Invariants: every pass maps a well-typed program to a well-typed program with the
 same results (up to the errors dead code would have raised); binder names stay
@@ -1538,8 +1540,20 @@ def _element(a, i: Var):
     return None
 
 
+def _never_targets(e) -> bool:
+    """Whether a permute's target expression is ``A.ignore`` on every path (through lets
+    and both branches of conditionals): such a permute writes nothing."""
+    while type(e) is Let:
+        e = e.body
+    if type(e) is Cond:
+        return _never_targets(e.t) and _never_targets(e.e)
+    return type(e) is Tuple and e.items[0] == Const(False, bool_)
+
+
 def _r_permute(self: _Local, n: Permute):
     f = n.f
+    if self.zeros and _never_targets(f.body):
+        return n.defaults
     if (type(f.body) is Tuple and f.body.items[0] == Const(True, bool_)
             and f.body.items[1] in (f.params[0], Tuple(()))
             and f.params[0].type == shape_type(n.defaults.type.rank)):
