@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ast import nodes as N
+from ..ast.types import TupleT
 from ..ast.pretty import show as show_node
 
 
@@ -111,6 +112,21 @@ LOOP_STEPS = (KGenerate, KFold, KScan, KPermute)
 
 def step_outs(s) -> tuple:
     return s.outs if hasattr(s, "outs") else (s.out,)
+
+
+def step_label(s) -> str:
+    """A loop step as the kernel program prints its head (``step a12 = generate``)."""
+    if isinstance(s, KScan):
+        kind = "scanl" if s.left else "scanr"
+    else:
+        kind = {KGenerate: "generate", KFold: "fold", KPermute: "permute"}[type(s)]
+    return f"step {_names(step_outs(s))} = {kind}"
+
+
+def step_elt(s):
+    """The element type of a loop step's array (a tuple of them for several outputs)."""
+    elts = tuple(o.type.elt for o in step_outs(s))
+    return elts[0] if len(elts) == 1 else TupleT(elts)
 
 
 def count_kernels(block: KBlock) -> int:

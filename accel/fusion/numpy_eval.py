@@ -12,9 +12,10 @@ from accel.backends import interpreter as I
 
 from ..ast import nodes as N
 from ..ast.types import ArrayT, ATupleT, TupleT
-from ..errors import ShapeError
-from .kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate, KPermute, KScan,
-                      KUse)
+from ..errors import OutOfMemoryError, ShapeError
+from ..memory import out_of_memory
+from .kernels import (LOOP_STEPS, KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate,
+                      KPermute, KScan, KUse, step_label)
 
 
 def _full_shape(shape: N.Exp, n: N.Exp) -> N.Exp:
@@ -23,9 +24,17 @@ def _full_shape(shape: N.Exp, n: N.Exp) -> N.Exp:
                                    + (n,)))
 
 
+BACKEND = "fused backend"  # as errors name it
+
+
 def _run_block(block: KBlock, aenv: dict) -> tuple:
     for s in block.steps:
-        _step(s, aenv)
+        try:
+            _step(s, aenv)
+        except OutOfMemoryError as e:  # from the interpreter: name the kernel step
+            if not isinstance(s, LOOP_STEPS) or e.backend == BACKEND:
+                raise
+            raise out_of_memory(BACKEND, step_label(s), e.shape, e.elt, e.detail) from None
     return tuple(aenv[v.name] for v in block.result)
 
 

@@ -34,7 +34,8 @@ from accel.ast.traverse import free_vars
 from accel.errors import BackendError, OutOfBoundsError, ProgramTypeError, ShapeError
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
                                   KUse, KernelProgram, count_loops, show_kernel_program,
-                                  step_outs)
+                                  step_elt, step_label, step_outs)
+from accel.memory import check_allocatable, out_of_memory
 
 from . import cache, codegen
 from .codegen import ERR_SIZE
@@ -654,6 +655,7 @@ class Runner:
             vals[("mode",)] = nch
         else:
             raise BackendError(f"cpu backend: unknown step {type(s).__name__}")
+        check_allocatable("cpu backend", step_label(s), outs[0][0], step_elt(s))
         vals[("size",)] = size
         for d, x in enumerate(shape):
             vals[("out", d)] = x
@@ -682,17 +684,21 @@ class Runner:
         """Allocate a planned step's buffers and launch its kernels."""
         taken = env[_TAKEN]
         take = self._pool.take
-        outs = [ArrVal(shape, [take(size, dt, taken) for dt in dts])
-                for shape, size, dts in sc.outs]
-        leaves_ = [b for o in outs for b in o.leaves]
-        work = []
-        for w in sc.work:
-            if w[0] == "o":
-                work.append(leaves_[w[1]])
-            elif w[0] == "b":
-                work.append(take(w[1], w[2], taken))
-            else:
-                work.append(np.full(w[1], w[3], dtype=w[2]))
+        try:
+            outs = [ArrVal(shape, [take(size, dt, taken) for dt in dts])
+                    for shape, size, dts in sc.outs]
+            leaves_ = [b for o in outs for b in o.leaves]
+            work = []
+            for w in sc.work:
+                if w[0] == "o":
+                    work.append(leaves_[w[1]])
+                elif w[0] == "b":
+                    work.append(take(w[1], w[2], taken))
+                else:
+                    work.append(np.full(w[1], w[3], dtype=w[2]))
+        except MemoryError as e:  # the call's buffers go with it: the runner stays usable
+            raise out_of_memory("cpu backend", step_label(s), sc.outs[0][0], step_elt(s),
+                                f"{type(e).__name__}: {e}") from None
         plan = sc.plan
         err = env[_ERR]  # (zero: a failure raises at once)
         args = work + [b for a in plan.inputs for b in env[a.name].leaves] + [sc.shp, err]
