@@ -27,7 +27,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from accel.ast.types import ArrayT, leaves
+from accel.ast.types import ArrayT, int32, leaves
 from accel.errors import BackendError, OutOfBoundsError, ShapeError
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
                                   KUse, KernelProgram, count_loops, show_kernel_program,
@@ -228,7 +228,8 @@ class Runner:
                 b = outs[0].leaves[0]
                 extra.append(b.view(np.int64 if b.dtype.itemsize == 8 else np.int32))
             elif plan.mode == "lock":
-                extra.append(self.cuda.device_array(max(size, 1), dtype=np.int32))
+                locks = self._alloc(s, ArrayT(int32, 1), (max(size, 1),), max(size, 1))
+                extra.append(locks.leaves[0])  # one spin lock per target
             if size:
                 launches.append((self._grid(size), {("phase",): 0}))
                 if ssize:
