@@ -11,7 +11,7 @@ them (except the ``cuda.ptxcheck`` command, which compiles a corpus through the 
 
 from .ast.types import bool_, float32, float64, int32, int64
 from .errors import (AccelError, BackendError, NotDifferentiableError, OutOfBoundsError,
-                     ProgramTypeError, ShapeError)
+                     OutOfMemoryError, ProgramTypeError, ShapeError)
 from .frontend import Acc, All, Exp, ignore
 from .language import (acond, acos, asin, atan, atan2, awhile, backpermute, ceil, cond, cos,
                        cosh, exp, expm1, fill, flatten, floor, fold, fold1, fold_all, generate,
@@ -25,7 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AccelError", "BackendError", "NotDifferentiableError", "OutOfBoundsError",
-    "ProgramTypeError", "ShapeError", "Acc", "All", "Exp", "ignore",
+    "OutOfMemoryError", "ProgramTypeError", "ShapeError", "Acc", "All", "Exp", "ignore",
     "bool_", "float32", "float64", "int32", "int64",
     "acond", "acos", "asin", "atan", "atan2", "awhile", "backpermute", "ceil", "cond", "cos",
     "cosh", "exp", "expm1", "fill", "flatten", "floor", "fold", "fold1", "fold_all",

@@ -27,3 +27,16 @@ class NotDifferentiableError(AccelError, TypeError):
 
 class BackendError(AccelError, RuntimeError):
     """A backend that is unavailable here or failed."""
+
+
+class OutOfMemoryError(AccelError, MemoryError):
+    """An array a program step materialises does not fit in memory (or its size in bytes
+    exceeds the address space).  The attributes say where and what: ``backend``,
+    ``step``, the array's ``shape``, element type ``elt`` and ``nbytes``, and ``detail``
+    (what failed).  The compiled program stays usable for smaller inputs."""
+
+    def __init__(self, message: str, backend: str = "", step: str = "", shape=None,
+                 elt=None, nbytes=None, detail: str = ""):
+        super().__init__(message)
+        self.backend, self.step, self.shape, self.elt = backend, step, shape, elt
+        self.nbytes, self.detail = nbytes, detail

@@ -180,6 +180,25 @@ class MaybeIndex:
         self.term = term
 
 
+class PermuteTarget:
+    """The result kind of a permute's index function: a target of rank ``rank`` or ignore.
+
+    The rank comes from the permute's defaults array, not from the function's body, so
+    a function that never targets anything (``lambda ix: A.ignore``, or a ``cond`` whose
+    every branch is ``A.ignore``) still has a well-defined type (Accelerate's
+    ``const ignore``).
+    """
+
+    def __init__(self, rank: int):
+        self.rank = rank
+
+
+def ignore_target(rank: int) -> N.Exp:
+    """The (keep, index) term of ``A.ignore`` as a permute target of rank ``rank``."""
+    return N.Tuple((N.Const(False, bool_), N.Tuple(tuple(N.Const(0, int64)
+                                                         for _ in range(rank)))))
+
+
 def _default_scalar(x) -> Scalar:
     if isinstance(x, (bool, np.bool_)):
         return bool_
@@ -465,8 +484,8 @@ def trace_lam(op: str, fn, param_types: tuple, index_rank: int | None = None,
                 raise
             raise ProgramTypeError(f"{op}: calling the function with {len(args)} "
                                    f"argument(s) failed: {e}") from None
-        if result_type == "permute-target":
-            body = _permute_target(out)
+        if isinstance(result_type, PermuteTarget):
+            body = _permute_target(out, result_type.rank)
         else:
             body = to_term(out, result_type)
         body = ctx.close(body)
@@ -475,11 +494,11 @@ def trace_lam(op: str, fn, param_types: tuple, index_rank: int | None = None,
     return float_in(N.Lam(params, body))
 
 
-def _permute_target(out) -> N.Exp:
+def _permute_target(out, rank: int) -> N.Exp:
     if isinstance(out, MaybeIndex):
         return out.term
     if isinstance(out, IgnoreMarker):
-        raise ProgramTypeError("permute: an index function that always returns A.ignore")
+        return ignore_target(rank)
     idx = shape_term(out, "permute target")
     return N.Tuple((N.Const(True, bool_), idx))
 

@@ -11,10 +11,10 @@ from .ast import nodes as N
 from .ast.types import (ArrayT, ATupleT, Scalar, TupleT, bool_, float64, int64,
                          scalar_of_dtype, shape_type)
 from .errors import ProgramTypeError
-from .frontend import (Acc, All, AllMarker, Exp, IgnoreMarker, MaybeIndex, array_term, as_acc,
-                       bind_array, bind_exp, from_term, lift_like, located, prim,
-                       require_array_level, shape_term, to_term, trace_alam, trace_lam,
-                       user_location)
+from .frontend import (Acc, All, AllMarker, Exp, IgnoreMarker, MaybeIndex, PermuteTarget,
+                       array_term, as_acc, bind_array, bind_exp, from_term, ignore_target,
+                       lift_like, located, prim, require_array_level, shape_term, to_term,
+                       trace_alam, trace_lam, user_location)
 
 # --------------------------------------------------------------------------- arrays
 
@@ -208,7 +208,7 @@ def permute(comb, defaults, f, src) -> Acc:
                                "different element types")
     lc = trace_lam("permute", comb, (d.dtype, d.dtype), result_type=d.dtype)
     lf = trace_lam("permute", f, (shape_type(s.rank),), index_rank=s.rank,
-                   result_type="permute-target")
+                   result_type=PermuteTarget(d.rank))
     want = TupleT((bool_, shape_type(d.rank)))
     if lf.type != want:
         got = lf.type.items[1] if isinstance(lf.type, TupleT) and len(lf.type.items) == 2 \
@@ -359,8 +359,7 @@ def _cond_target(c, t, e):
         if isinstance(x, MaybeIndex):
             return x.term
         if isinstance(x, IgnoreMarker):
-            return N.Tuple((N.Const(False, bool_),
-                            N.Tuple(tuple(N.Const(0, int64) for _ in range(rank)))))
+            return ignore_target(rank)
         return N.Tuple((N.Const(True, bool_), shape_term(x, "permute target")))
 
     known = [x for x in (t, e) if not isinstance(x, IgnoreMarker)]

@@ -15,9 +15,11 @@ from accel.ast.trees import tree_like
 from accel.ast.types import ArrayT
 from accel.backends import interpreter as I
 from accel.backends.interpreter_values import ArrayValue, from_input, to_output
-from accel.errors import ShapeError
-from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate,
-                                  KPermute, KScan, KUse, count_loops, show_kernel_program)
+from accel.errors import OutOfMemoryError, ShapeError
+from accel.fusion.kernels import (LOOP_STEPS, KAcond, KAwhile, KBlock, KernelProgram, KFold,
+                                  KGenerate, KPermute, KScan, KUse, count_loops,
+                                  show_kernel_program, step_label)
+from accel.memory import out_of_memory
 
 
 def _full_shape(shape: N.Exp, n: N.Exp) -> N.Exp:
@@ -26,9 +28,17 @@ def _full_shape(shape: N.Exp, n: N.Exp) -> N.Exp:
                                    + (n,)))
 
 
+BACKEND = "fused backend"  # as errors name it
+
+
 def _run_block(block: KBlock, aenv: dict) -> tuple:
     for s in block.steps:
-        _step(s, aenv)
+        try:
+            _step(s, aenv)
+        except OutOfMemoryError as e:  # from the interpreter: name the kernel step
+            if not isinstance(s, LOOP_STEPS) or e.backend == BACKEND:
+                raise
+            raise out_of_memory(BACKEND, step_label(s), e.shape, e.elt, e.detail) from None
     return tuple(aenv[v.name] for v in block.result)
 
 

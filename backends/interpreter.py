@@ -48,11 +48,14 @@ from accel.ast.nodes import (Acond, ALam, Alet, APrj, Arr, ATuple, Avar, Awhile,
 from accel.ast.patterns import projection_side, scalar_binop
 from accel.ast.traverse import recursion_headroom
 from accel.ast.trees import leaf_map, leaf_map2
-from accel.backends.interpreter_values import (ArrayValue, all_indices, check_bounds,
+from accel.ast.types import ArrayT
+from accel.backends.interpreter_values import (ArrayValue, addressable, all_indices, check_bounds,
                                                check_shape, empty_data, fix_lanes, flat_data,
                                                from_input, gather, linear_positions, prod,
                                                store_lanes, take_lanes, to_output)
-from accel.errors import OutOfBoundsError, ProgramTypeError, ShapeError
+from accel.errors import (AccelError, OutOfBoundsError, OutOfMemoryError, ProgramTypeError,
+                          ShapeError)
+from accel.memory import out_of_memory
 
 __all__ = ["InterpreterBackend", "Runner", "evaluate", "make_runner", "prepare"]
 
@@ -234,9 +237,55 @@ def _shape_exp(e: Exp, aenv: dict, op: str) -> tuple:
 # --------------------------------------------------------------------------- arrays
 
 
-def eval_array(a: Arr, aenv: dict):
-    """Evaluate array node ``a`` in the array environment ``aenv``."""
-    return _ARR[type(a)](a, aenv)
+def eval_array(a: Arr, aenv: dict, name: str | None = None):
+    """Evaluate array node ``a`` (bound to ``name``, if it is) in the array environment
+    ``aenv``.  The innermost node whose evaluation runs out of memory reports itself."""
+    try:
+        return _ARR[type(a)](a, aenv)
+    except MemoryError as e:
+        if isinstance(e, OutOfMemoryError):
+            raise
+        kind = type(a).__name__
+        step = f"{name} = {kind}" if name else kind
+        raise out_of_memory("interpreter", step, _node_shape(a, aenv), a.type.elt
+                            if isinstance(a.type, ArrayT) else a.type,
+                            f"the allocation failed: {e}") from None
+
+
+def _node_shape(a: Arr, aenv: dict):
+    """The shape of array node ``a``, computed without its elements (for error messages;
+    None when ``a`` is not an array whose shape follows from its operands)."""
+    t = type(a)
+    try:
+        if t is Avar:
+            v = aenv.get(a.name)
+            return v.shape if isinstance(v, ArrayValue) else None
+        if t is Use:
+            return a.array.shape
+        if t is Unit:
+            return ()
+        if t in (Generate, Backpermute, Reshape):
+            return _shape_exp(a.shape, aenv, t.__name__.lower())
+        if t is Permute:
+            return _node_shape(a.defaults, aenv)
+        if t is ZipWith:
+            x, y = _node_shape(a.a, aenv), _node_shape(a.b, aenv)
+            return None if x is None or y is None else tuple(map(min, x, y))
+        if t not in (Map, Fold, Scan, Replicate, Slice):
+            return None
+        src = _node_shape(a.a, aenv)
+        if src is None or t is Map:
+            return src
+        if t is Fold:
+            return src[:-1]
+        if t is Scan:
+            return src[:-1] + (src[-1] + (a.z is not None),)
+        if t is Replicate:
+            dims = iter(src)
+            return tuple(next(dims) if s is None else _int_exp(s, aenv) for s in a.spec)
+        return tuple(d for s, d in zip(a.spec, src) if s is None)
+    except AccelError:
+        return None
 
 
 def _a_use(a: Use, aenv):
@@ -253,7 +302,7 @@ def _a_avar(a: Avar, aenv):
 def _a_alet(a: Alet, aenv):
     scope = dict(aenv)
     while isinstance(a, Alet):
-        scope[a.var.name] = eval_array(a.bound, scope)
+        scope[a.var.name] = eval_array(a.bound, scope, a.var.name)
         a = a.body
     return eval_array(a, scope)
 
@@ -471,7 +520,7 @@ def _a_replicate(a: Replicate, aenv):
     if any(s is not None and s < 0 for s in sizes):
         raise ShapeError(f"replicate: negative size in specifier {tuple(sizes)}")
     dims = iter(src.shape)
-    shape = tuple(next(dims) if s is None else s for s in sizes)
+    shape = addressable(tuple(next(dims) if s is None else s for s in sizes))
     expanded = tuple(d if s is None else 1 for d, s in zip(shape, sizes))
 
     def rep(d):

@@ -18,6 +18,7 @@ import numpy as np
 from accel.ast.trees import leaf_map, leaf_map2, leaves
 from accel.ast.types import ArrayT, ATupleT, TupleT, scalar_of_dtype
 from accel.errors import OutOfBoundsError, ProgramTypeError, ShapeError
+from accel.memory import MAX_BYTES
 
 
 class ArrayValue:
@@ -99,9 +100,18 @@ def linear_positions(ix: tuple, shape: tuple, n: int) -> np.ndarray:
     return lin
 
 
+def addressable(shape: tuple) -> tuple:
+    """``shape``, if int64 lanes over all its elements can be addressed (else a
+    ``MemoryError``, which ``eval_array`` reports for its step, before NumPy's
+    ``ValueError``)."""
+    if prod(shape) * 8 > MAX_BYTES:
+        raise MemoryError(f"{prod(shape):,} elements cannot be addressed")
+    return shape
+
+
 def all_indices(shape: tuple) -> tuple:
     """All indices of ``shape`` in row-major order, as a tuple of int64 lane arrays."""
-    n = prod(shape)
+    n = prod(addressable(shape))
     if not shape:
         return ()
     if n == 0:

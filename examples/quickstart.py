@@ -8,13 +8,10 @@ backend: ``ACCEL_BACKEND=interpreter python examples/quickstart.py``.
 from __future__ import annotations
 
 import os
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-import accel as A  # noqa: E402
+import accel as A
 
 BACKEND = os.environ.get("ACCEL_BACKEND", "cpu")
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..ast import nodes as N
+from ..ast.types import TupleT
 from ..ast.pretty import show as show_node
 
 
@@ -144,6 +145,21 @@ def map_blocks(s, f, cond=None):
     if isinstance(s, KAwhile):
         return replace(s, cond=f(s.cond), body=f(s.body))
     return s
+
+
+def step_label(s) -> str:
+    """A loop step as the kernel program prints its head (``step a12 = generate``)."""
+    if isinstance(s, KScan):
+        kind = "scanl" if s.left else "scanr"
+    else:
+        kind = {KGenerate: "generate", KFold: "fold", KPermute: "permute"}[type(s)]
+    return f"step {_names(step_outs(s))} = {kind}"
+
+
+def step_elt(s):
+    """The element type of a loop step's array (a tuple of them for several outputs)."""
+    elts = tuple(o.type.elt for o in step_outs(s))
+    return elts[0] if len(elts) == 1 else TupleT(elts)
 
 
 def count_kernels(block: KBlock) -> int:

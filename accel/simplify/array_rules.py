@@ -5,15 +5,16 @@ constant arrays become ``Generate``; a zip with a constant array whose function 
 it is its other argument; a ``Fold`` of a constant array that its function leaves alone
 is a ``Generate``; reshapes/backpermutes to the same shape vanish; a ``Map``/``ZipWith``
 of a producer used only there takes the producer's function in (the producer was
-inlined because it was used once, so nothing is recomputed).
+inlined because it was used once, so nothing is recomputed).  A ``Permute`` whose index
+function is ``A.ignore`` on every path writes nothing and is its defaults.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..ast.nodes import (Avar, Backpermute, Const, Fold, Generate, Index, Lam, Let, Map, Permute,
-                         Prj, Replicate, Reshape, Tuple, Var, ZipWith, fresh)
+from ..ast.nodes import (Avar, Backpermute, Cond, Const, Fold, Generate, Index, Lam, Let, Map,
+                         Permute, Prj, Replicate, Reshape, Tuple, Var, ZipWith, fresh)
 from ..ast.traverse import freshen, with_fields
 from ..ast.types import bool_, shape_type
 from .base import const_exp, is_param, trivial
@@ -161,8 +162,20 @@ def _element(a, i: Var):
     return None
 
 
+def _never_targets(e) -> bool:
+    """Whether a permute's target expression is ``A.ignore`` on every path (through lets
+    and both branches of conditionals): such a permute writes nothing."""
+    while type(e) is Let:
+        e = e.body
+    if type(e) is Cond:
+        return _never_targets(e.t) and _never_targets(e.e)
+    return type(e) is Tuple and e.items[0] == Const(False, bool_)
+
+
 def _r_permute(self: Local, n: Permute):
     f = n.f
+    if self.zeros and _never_targets(f.body):
+        return n.defaults
     if (type(f.body) is Tuple and f.body.items[0] == Const(True, bool_)
             and f.body.items[1] in (f.params[0], Tuple(()))
             and f.params[0].type == shape_type(n.defaults.type.rank)):

@@ -65,7 +65,8 @@ Design in brief (details in the modules' docstrings):
 * Caching: module files are named by the sha256 of their source in ``$ACCEL_CACHE_DIR``
   (default ``$XDG_CACHE_HOME/accel/<version>-numba<version>/cpu``), written once and
   never rewritten; numba's ``cache=True`` files live next to them.  Corrupted module or
-  numba cache files are rebuilt.
+  numba cache files are rebuilt.  A directory another user could write to is refused
+  (``cachedir``: a warning, and no disk cache for the process).
 
 Limitations: the chunked scan exists only for single-row scans (rank-1 sources); a
 permute with another combination (or tuple elements), other than a projection, scatters

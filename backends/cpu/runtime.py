@@ -31,8 +31,9 @@ from numba.core.registry import CPUDispatcher
 from accel.ast.types import TupleT
 from accel.ast.traverse import free_vars
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KUse, KernelProgram, count_loops,
-                                  show_kernel_program, step_outs)
+                                  show_kernel_program, step_elt, step_label, step_outs)
 from accel.errors import BackendError, OutOfBoundsError, ShapeError
+from accel.memory import check_allocatable, out_of_memory
 from accel.backends.numba import cache
 from accel.backends.numba.host import (ArrVal, collect_uses, nest, read_input, result_layout,
                                        run_control, shown)
@@ -363,6 +364,7 @@ class Runner:
         launch = codegen.STEPS[type(s)].launch(s, plan, ev)
         shape, size, outs, work, vals = (launch.shape, launch.size, launch.outs, launch.work,
                                          launch.vals)
+        check_allocatable("cpu backend", step_label(s), outs[0][0], step_elt(s))
         vals[("size",)] = size
         for d, x in enumerate(shape):
             vals[("out", d)] = x
@@ -380,21 +382,25 @@ class Runner:
         take = self._pool.take
         calls = sc.calls
         into = getattr(s, "into", None)
-        if into is not None:  # update the dead defaults' buffer (``fusion.inplace``)
-            outs = [ArrVal(sc.shape, list(env[into.name].leaves))]
-            calls = [c for c in calls if not c[2].startswith("d_")]
-        else:
-            outs = [ArrVal(shape, [take(size, dt, taken) for dt in dts])
-                    for shape, size, dts in sc.outs]
-        leaves_ = [b for o in outs for b in o.leaves]
-        work = []
-        for w in sc.work:
-            if w[0] == "o":
-                work.append(leaves_[w[1]])
-            elif w[0] == "b":
-                work.append(take(w[1], w[2], taken))
+        try:
+            if into is not None:  # update the dead defaults' buffer (``fusion.inplace``)
+                outs = [ArrVal(sc.shape, list(env[into.name].leaves))]
+                calls = [c for c in calls if not c[2].startswith("d_")]
             else:
-                work.append(np.full(w[1], w[3], dtype=w[2]))
+                outs = [ArrVal(shape, [take(size, dt, taken) for dt in dts])
+                        for shape, size, dts in sc.outs]
+            leaves_ = [b for o in outs for b in o.leaves]
+            work = []
+            for w in sc.work:
+                if w[0] == "o":
+                    work.append(leaves_[w[1]])
+                elif w[0] == "b":
+                    work.append(take(w[1], w[2], taken))
+                else:
+                    work.append(np.full(w[1], w[3], dtype=w[2]))
+        except MemoryError as e:  # the call's buffers go with it: the runner stays usable
+            raise out_of_memory("cpu backend", step_label(s), sc.outs[0][0], step_elt(s),
+                                f"{type(e).__name__}: {e}") from None
         plan = sc.plan
         err = env[_ERR]  # (zero: a failure raises at once)
         args = work + [b for a in plan.inputs for b in env[a.name].leaves] + [sc.shp, err]

@@ -133,7 +133,10 @@ class StraightLine:
             take = runner._pool.take
             res, bufs = {}, [inputs[i].leaves[k] for i, k in self.inputs]
             for name, shape, lv in self.results:
-                res[name] = ArrVal(shape, [take(size, dt, taken) for size, dt in lv])
+                try:
+                    res[name] = ArrVal(shape, [take(size, dt, taken) for size, dt in lv])
+                except MemoryError:  # the step-by-step run names the step that failed
+                    return None
                 bufs += res[name].leaves
             err = self.err
             for fills, calls in self.steps:

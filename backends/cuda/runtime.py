@@ -27,11 +27,12 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from accel.ast.types import leaves
+from accel.ast.types import ArrayT, int32, int64, leaves
 from accel.errors import BackendError, OutOfBoundsError, ShapeError
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
                                   KUse, KernelProgram, count_loops, show_kernel_program,
-                                  step_outs)
+                                  step_label, step_outs)
+from accel.memory import check_allocatable, out_of_memory
 from accel.backends.numba import cache
 from accel.backends.numba.host import (ArrVal, collect_uses, nest, read_input, result_layout,
                                        run_control, shape_of, shown, size_of)
@@ -67,6 +68,14 @@ def default_launch() -> tuple:
 
 
 _ERR = "\0err"  # the env entry of a run's device flag array (never an array name)
+
+
+def _device_out_of_memory(e: Exception) -> bool:
+    """Whether ``e`` is the driver's ``CUDA_ERROR_OUT_OF_MEMORY`` (numba-cuda has already
+    freed its pending deallocations and retried once)."""
+    code = getattr(e, "code", None)
+    return code is not None and str(getattr(code, "name", code)) in (
+        "CUDA_ERROR_OUT_OF_MEMORY", "2")
 
 
 class Runner:
@@ -163,7 +172,7 @@ class Runner:
         if isinstance(s, KGenerate):
             shape = shape_of(ev(s.shape), "generate")
             size = size_of(shape)
-            outs = [self._alloc(o.type, shape, size) for o in s.outs]
+            outs = [self._alloc(s, o.type, shape, size) for o in s.outs]
             if size:
                 launches.append((self._grid(size), {}))
         elif isinstance(s, (KFold, KScan)):
@@ -178,13 +187,13 @@ class Runner:
                 if s.z is None and n == 0:
                     raise ShapeError(f"fold1: the innermost dimension is empty (shape "
                                      f"{shape + (0,)})")
-                outs = [self._alloc(s.out.type, shape, size)]
+                outs = [self._alloc(s, s.out.type, shape, size)]
                 if size:
                     launches.append((max(1, min(self.max_blocks, size)), {}))
             else:
                 kout = n + 1 if s.z is not None else n
                 vals[("kout",)] = kout
-                outs = [self._alloc(s.out.type, shape + (kout,), size * kout)]
+                outs = [self._alloc(s, s.out.type, shape + (kout,), size * kout)]
                 if size:
                     launches.append((self._grid(size), {}))
         elif isinstance(s, KPermute):
@@ -194,14 +203,16 @@ class Runner:
             vals[("ssize",)] = ssize
             for d, x in enumerate(sshape):
                 vals[("src", d)] = x
-            outs = [self._alloc(s.out.type, shape, size)]
+            outs = [self._alloc(s, s.out.type, shape, size)]
             if plan.mode == "cas" and leaves(s.out.type.elt)[0].is_float:
                 b = outs[0].leaves[0]
                 extra.append(b.view(np.int64 if b.dtype.itemsize == 8 else np.int32))
             elif plan.mode == "lock":
-                extra.append(self.cuda.device_array(max(size, 1), dtype=np.int32))
+                locks = self._alloc(s, ArrayT(int32, 1), (max(size, 1),), max(size, 1))
+                extra.append(locks.leaves[0])  # one spin lock per target
             elif plan.mode == "winner":  # each target's winning source index
-                extra.append(self.cuda.device_array(max(size, 1), dtype=np.int64))
+                wins = self._alloc(s, ArrayT(int64, 1), (max(size, 1),), max(size, 1))
+                extra.append(wins.leaves[0])
             if size:
                 launches.append((self._grid(size), {("phase",): 0}))
                 if ssize:
@@ -235,13 +246,17 @@ class Runner:
             raise OutOfBoundsError(f"{site.what}: index {shown(ix)} is out of bounds for "
                                    f"shape {tshape}")
 
-    def _alloc(self, t, shape: tuple, size: int) -> ArrVal:
+    def _alloc(self, s, t, shape: tuple, size: int) -> ArrVal:
+        """Device arrays for an output of step ``s``; running out of device (or, under
+        the simulator, host) memory raises ``OutOfMemoryError`` naming the step."""
+        check_allocatable("cuda backend", step_label(s), shape, t.elt)
         try:
-            return ArrVal(shape, [self.cuda.device_array(size, dtype=s.dtype)
-                                  for s in leaves(t.elt)])
-        except MemoryError:
-            raise
-        except Exception as e:  # e.g. CUDA_ERROR_OUT_OF_MEMORY from the driver
+            return ArrVal(shape, [self.cuda.device_array(size, dtype=x.dtype)
+                                  for x in leaves(t.elt)])
+        except Exception as e:
+            if isinstance(e, MemoryError) or _device_out_of_memory(e):
+                raise out_of_memory("cuda backend", step_label(s), shape, t.elt,
+                                    f"the allocation failed: {type(e).__name__}: {e}") from None
             raise BackendError(f"cuda backend: cannot allocate a device array of shape "
                                f"{shape}: {type(e).__name__}: {e}") from e
 

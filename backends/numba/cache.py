@@ -10,7 +10,8 @@ does not match its name (corrupted, truncated) is deleted and written again.
 The module is executed under a stable name registered in ``sys.modules`` *before*
 its body runs (numba locates the module of a cached function through it; see
 NUMBA_NOTES.md section 3).  An in-memory dict maps the source hash to the module, so
-a program prepared twice in one process compiles once.
+a program prepared twice in one process compiles once.  Which directory holds the files,
+and the check that nobody else can write to it, are in ``cachedir``.
 """
 
 from __future__ import annotations
@@ -23,41 +24,18 @@ import tempfile
 import threading
 from pathlib import Path
 
-import numba
-
 from accel.errors import BackendError
+
+from .cachedir import cache_dir, usable_dir
+
+__all__ = ["cache_dir", "clear_memory_cache", "load", "source_hash"]
 
 _modules: dict = {}  # module name (backend kind + sha256) -> module
 _lock = threading.RLock()
 
 
-def cache_dir(kind: str = "cpu") -> Path:
-    """``$ACCEL_CACHE_DIR`` or ``$XDG_CACHE_HOME/accel/<version>-numba<version>/<kind>``
-    (``kind`` is the backend: ``cpu`` or ``cuda``; file names carry it too)."""
-    d = os.environ.get("ACCEL_CACHE_DIR")
-    if d:
-        return Path(d)
-    import accel
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "accel" / f"{accel.__version__}-numba{numba.__version__}" / kind
-
-
 def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
-
-
-def _usable_dir(kind: str = "cpu") -> Path:
-    d = cache_dir(kind)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        if os.access(d, os.W_OK):
-            return d
-    except OSError:
-        pass
-    uid = os.getuid() if hasattr(os, "getuid") else 0
-    d = Path(tempfile.gettempdir()) / f"accel-{kind}-{uid}"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 def _write_new(path: Path, source: str) -> None:
@@ -121,7 +99,7 @@ def load(source: str, kind: str = "cpu"):
         mod = _modules.get(name)
         if mod is not None:
             return mod
-        path = _usable_dir(kind) / f"{name}.py"
+        path = usable_dir(kind) / f"{name}.py"
         _ensure_file(path, source)
         try:
             mod = _exec(name, path, source)
