@@ -81,12 +81,13 @@ def vertices(theta, pmap, parents, base_relatives, inverse_base_absolutes, base_
         ix[1] == 1, 1.0 + 0.0 * theta[0],
         A.cond(pmap[ix] >= 0, theta[A.max(pmap[ix], 0)], 0.0 * theta[0])))
 
+    # Each bone's Euler rotation, materialised once (the products below read it 12 times).
+    rotations = A.generate((nb, 3, 3), lambda ix: _pick(ix[1], ix[2], _euler(
+        pose[0, ix[0] + 3], pose[2, ix[0] + 3], pose[1, ix[0] + 3])))
+
     def posed_relative(ix):
         b, i, j = ix
-        col = b + 3
-        rot = _euler(pose[0, col], pose[2, col], pose[1, col])
-        rot_entry = lambda k: _pick(k, j, rot)  # noqa: E731
-        rotated = sum(base_relatives[b, i, k] * rot_entry(k) for k in range(3))
+        rotated = sum(base_relatives[b, i, k] * rotations[b, k, A.min(j, 2)] for k in range(3))
         return A.cond(j == 3, base_relatives[b, i, 3], rotated)
 
     relatives = A.generate(base_relatives.shape, posed_relative)
@@ -112,9 +113,10 @@ def vertices(theta, pmap, parents, base_relatives, inverse_base_absolutes, base_
         transforms[ix[2], ix[1], k] * base_positions[ix[0], k] for k in range(4))))
     m = A.the(mirror)
     local = A.generate((nv, 3), lambda ix: A.cond(ix[1] == 0, m, 1.0) * skinned[ix])
-    rot = _angle_axis(pose[0, 0], pose[1, 0], pose[2, 0])
+    rot = A.generate((3, 3), lambda ix: _pick(ix[0], ix[1], _angle_axis(
+        pose[0, 0], pose[1, 0], pose[2, 0])))
     return A.generate((nv, 3), lambda ix: sum(
-        _pick(ix[1], k, rot) * local[ix[0], k] for k in range(3)) + pose[ix[1], 2])
+        rot[ix[1], k] * local[ix[0], k] for k in range(3)) + pose[ix[1], 2])
 
 
 def residuals_simple(theta, model, correspondences, points):
