@@ -272,3 +272,135 @@ def test_ode_against_numpy_and_central_differences():
     h, eye = 1e-6, np.eye(x.size)
     fd = [(_ode_numpy(x + h * e, s)[-1] - _ode_numpy(x - h * e, s)[-1]) / (2 * h) for e in eye]
     np.testing.assert_allclose(call(tool, "ode", "gradient", inp), fd, rtol=1e-7, atol=1e-9)
+
+
+def _central(f, x, h=1e-6):
+    """Central differences of ``f`` (a vector or scalar) along each entry of ``x``."""
+    cols = []
+    for idx in np.ndindex(x.shape):
+        d = np.zeros_like(x)
+        d[idx] = h
+        cols.append((np.asarray(f(x + d)) - np.asarray(f(x - d))) / (2 * h))
+    return np.stack(cols, axis=-1)
+
+
+def _lstm_numpy(main, extra, state, seq):
+    layers, b = main.shape[0] // 2, seq.shape[1]
+    st, total = state.copy(), 0.0
+
+    def sig(v):
+        return 1 / (1 + np.exp(-v))
+
+    for t in range(seq.shape[0] - 1):
+        x = seq[t] * extra[0]
+        for k in range(layers):
+            w, bias, h, c = main[2 * k], main[2 * k + 1], st[2 * k], st[2 * k + 1]
+            gate = [w[g * b:(g + 1) * b] for g in range(4)], [bias[g * b:(g + 1) * b]
+                                                             for g in range(4)]
+            c = (c * sig(x * gate[0][0] + gate[1][0])
+                 + sig(h * gate[0][1] + gate[1][1]) * np.tanh(h * gate[0][3] + gate[1][3]))
+            h = sig(x * gate[0][2] + gate[1][2]) * np.tanh(c)
+            st[2 * k], st[2 * k + 1], x = h, c, h
+        y = x * extra[1] + extra[2]
+        total += np.sum(seq[t + 1] * (y - np.log(np.sum(np.exp(y)) + 2)))
+    return -total / ((seq.shape[0] - 1) * b)
+
+
+def test_lstm_against_numpy_and_central_differences():
+    rng = np.random.default_rng(3)
+    layers, b, c = 2, 3, 4
+    main, extra, state = rng.random((2 * layers, 4 * b)), rng.random((3, b)), rng.random(
+        (2 * layers, b))
+    seq = rng.integers(0, 2, (c, b)).astype(float)
+    tool = defined("lstm")
+    inp = {"main_params": main.tolist(), "extra_params": extra.tolist(),
+           "state": state.tolist(), "sequence": seq.tolist()}
+    assert math.isclose(call(tool, "lstm", "objective", inp),
+                        _lstm_numpy(main, extra, state, seq), rel_tol=1e-13)
+    fd = np.concatenate([_central(lambda m: _lstm_numpy(m, extra, state, seq), main),
+                         _central(lambda e: _lstm_numpy(main, e, state, seq), extra)])
+    np.testing.assert_allclose(call(tool, "lstm", "jacobian", inp), fd, rtol=1e-6,
+                               atol=1e-9)
+
+
+def _ht_numpy(theta, us, model, corr, triangles, points):
+    """ADBench's hand residuals (GradBench's ht.hpp) in NumPy."""
+    from accel.adbench.gradbench.ht import pose_map
+    rel, inv, base, weights = (np.array(model[k]) for k in (
+        "base_relatives", "inverse_base_absolutes", "base_positions", "weights"))
+    parents, nb = model["parents"], len(model["parents"])
+    pmap = pose_map(nb)
+    pose = np.where(pmap >= 0, theta[np.maximum(pmap, 0)], 0.0)
+    pose[:, 1] = 1.0
+
+    def rot(axis, a):
+        i, j = [(1, 2), (0, 2), (0, 1)][axis]
+        r = np.eye(3)
+        r[i, i] = r[j, j] = np.cos(a)
+        r[i, j], r[j, i] = -np.sin(a), np.sin(a)
+        if axis == 1:
+            r[i, j], r[j, i] = r[j, i], r[i, j]
+        return r
+
+    absolutes, pos = [], np.zeros((base.shape[0], 3))
+    for b in range(nb):
+        tr = np.eye(4)
+        tr[:3, :3] = rot(2, pose[1, b + 3]) @ rot(1, pose[2, b + 3]) @ rot(0, pose[0, b + 3])
+        r = rel[b] @ tr
+        absolutes.append(r if parents[b] < 0 else absolutes[parents[b]] @ r)
+        pos += (base @ (absolutes[b] @ inv[b]).T)[:, :3] * weights[:, b:b + 1]
+    if model["is_mirrored"]:
+        pos[:, 0] *= -1
+    n = np.linalg.norm(pose[:, 0])
+    k = pose[:, 0] / n
+    cross = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
+    glob = np.eye(3) + np.sin(n) * cross + (1 - np.cos(n)) * cross @ cross
+    pos = pos @ glob.T + pose[:, 2]
+    if us is None:
+        hand = pos[corr]
+    else:
+        v = np.asarray(triangles)[corr]
+        u0, u1 = us[:, :1], us[:, 1:]
+        hand = u0 * pos[v[:, 0]] + u1 * pos[v[:, 1]] + (1 - u0 - u1) * pos[v[:, 2]]
+    return (points - hand).ravel()
+
+
+@pytest.mark.parametrize("variant", ["simple", "complicated"])
+def test_ht_against_numpy_and_central_differences(variant):
+    rng = np.random.default_rng(4)
+    nb, nv, n = 22, 5, 3
+    parents = [-1] + [0 if i % 4 == 1 else i - 1 for i in range(1, nb)]
+
+    def transforms():
+        m = np.tile(np.eye(4), (nb, 1, 1))
+        m[:, :3, :] += 0.3 * rng.standard_normal((nb, 3, 4))
+        return m.tolist()
+
+    model = {"bone_count": nb, "bone_names": [f"b{i}" for i in range(nb)],
+             "parents": parents, "base_relatives": transforms(),
+             "inverse_base_absolutes": transforms(),
+             "base_positions": np.c_[rng.random((nv, 3)), np.ones(nv)].tolist(),
+             "weights": rng.random((nv, nb)).tolist(),
+             "triangles": [[0, 1, 2], [2, 3, 4], [4, 0, 1]], "is_mirrored": True}
+    theta = 0.5 * rng.standard_normal(26)
+    corr = [2, 0, 1] if variant == "complicated" else [4, 0, 3]
+    points = rng.random((n, 3))
+    us = rng.random((n, 2)) if variant == "complicated" else None
+    inp = {"theta": theta.tolist(), "us": [] if us is None else us.tolist(),
+           "data": {"model": model, "correspondences": corr, "points": points.tolist()}}
+    tool = defined("ht")
+
+    def ref(th, u=us):
+        return _ht_numpy(th, u, model, corr, model["triangles"], points)
+
+    np.testing.assert_allclose(call(tool, "ht", "objective", inp), ref(theta), rtol=1e-12,
+                               atol=1e-12)
+    fd = _central(ref, theta)
+    if us is not None:
+        # Every residual depends on its own point's u only: the u0 and u1 columns.
+        du = _central(lambda u: ref(theta, u), us)
+        fd = np.concatenate([du[:, 0::2].sum(axis=1, keepdims=True),
+                             du[:, 1::2].sum(axis=1, keepdims=True), fd], axis=1)
+    jac = np.array(call(tool, "ht", "jacobian", inp))
+    assert jac.shape == (3 * n, 26 + (2 if us is not None else 0))
+    np.testing.assert_allclose(jac, fd, rtol=1e-6, atol=1e-8)

@@ -45,12 +45,14 @@ SIZES = {
     "det": "-l 5 6 7",
     "ba": "--min 1 --max 3",
     "ode": "-n 1000 10000 -s 1 10",
+    "lstm": "-l 2 4 -c 1024",
+    "ht": "--model small --max 10",
 }
 
 #: The function whose times the summary's geometric mean is over (the derivative).
 DERIVATIVE = {"hello": "double", "lse": "gradient", "llsq": "gradient", "gmm": "jacobian",
               "kmeans": "dir", "det": "gradient", "ba": "jacobian",
-              "ode": "gradient"}
+              "ode": "gradient", "lstm": "jacobian", "ht": "jacobian"}
 
 TOOLS = ("accel", "jax", "pytorch", "manual")
 GOLDEN = {"hello", "gmm", "lstm", "ba", "ht", "kmeans", "ode", "llsq", "det", "lse"}
