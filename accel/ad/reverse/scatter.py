@@ -9,11 +9,10 @@ more table entry.  Each rule contributes to the defaults ``d`` and the source
 from __future__ import annotations
 
 from ...ast import nodes as N
-from ...ast.pretty import show
 from ...ast.traverse import apply_lam, freshen
 from ...ast.types import Scalar, shape_type
-from ...errors import NotDifferentiableError
 from ..blocks import zero
+from . import scatter_general
 from .terms import add_lam, binop_of, lam1
 
 class Scatter:
@@ -46,16 +45,15 @@ def _eq(a, b):
 
 def permute(rev, b, y, dy):
     # primal:  y = Permute comb d f src   (y[t] = comb(src[i], y[t]) for f(i) = t)
-    # reverse: by the combination function, from COMBINATION_RULES
+    # reverse: by the combination function, from COMBINATION_RULES; any other operator:
+    #          grouped by target, segmented scans (scatter_general.reverse_rule)
     op = b.op
     kind = binop_of(op.comb)
     elt = y.type.elt
-    if kind not in COMBINATION_RULES:
-        raise NotDifferentiableError(
-            f"permute: reverse mode is defined for the combination functions +, *, max "
-            f"and min, not {show(op.comb)}")
-    if kind != "add" and not (isinstance(elt, Scalar) and elt.is_float):
-        raise NotDifferentiableError(f"permute: {kind} on {elt!r} elements")
+    if kind not in COMBINATION_RULES or not (
+            kind == "add" or (isinstance(elt, Scalar) and elt.is_float)):
+        # any other associative and commutative operator: the grouped rule
+        return scatter_general.reverse_rule(rev, op, y, dy)
     COMBINATION_RULES[kind](rev, Scatter(op, y, dy))
 
 
