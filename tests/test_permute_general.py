@@ -193,7 +193,8 @@ def test_rank_two_sources_and_targets_rank_zero_and_empty():
 def _generated(i):
     import random
 
-    from accel.testing.programs import RandomSource, generate_program
+    from accel.testing.programs import generate_program
+    from accel.testing.sources import RandomSource
     return generate_program(RandomSource(random.Random(f"general:{i}")), differentiable=True)
 
 
