@@ -11,15 +11,16 @@ pick their rule by ``combination``:
   emits for the index adjoints of arrays of tuples (bool leaves keep the first
   argument, as ``add_exp`` writes them): its adjoint must differentiate again.
 
-Any other function gets ``not_differentiable``: the error names the function and the
-line of the user's ``permute`` (``Permute.loc``, recorded by the frontend), not the line
-of the ``vjp``/``jvp`` call.
+Any other function goes to the grouped rule for associative and commutative operators
+(``reverse/scatter_general.py``, ``forward/scatter_general.py``), which refuses what
+sampling shows is neither; its errors name the function
+and cite the user's ``permute`` line (``Permute.loc``, recorded by the frontend) through
+``located_at``, not the line of the ``vjp``/``jvp`` call.
 """
 
 from __future__ import annotations
 
 from ..ast import nodes as N
-from ..ast.pretty import show
 from ..ast.patterns import leafwise_binop, projection_side
 from ..ast.types import TupleT
 from ..errors import NotDifferentiableError
@@ -45,13 +46,10 @@ def leafwise_op(lam: N.Lam) -> str | None:
     return op if op in REDUCTIONS else None
 
 
-def not_differentiable(op: N.Permute, mode: str) -> NotDifferentiableError:
-    """The error for a combination function no rule covers, at the user's ``permute``."""
-    where = f" (at {op.loc})" if op.loc else ""
-    e = NotDifferentiableError(
-        f"permute: {mode}-mode differentiation needs the combination function to be (+), "
-        f"*, max, min or a projection (\\new old -> new, \\new old -> old), got "
-        f"{show(op.comb)}{where}")
-    if op.loc:
-        e._accel_located = True  # the vjp/jvp call's own line would only mislead
+def located_at(e: NotDifferentiableError, op: N.Permute) -> NotDifferentiableError:
+    """``e`` citing the user's ``permute`` line (once): the vjp/jvp call's own line, which
+    the API's error wrapper would add, would only mislead."""
+    if op.loc and not getattr(e, "_accel_located", False):
+        e.args = (f"{e.args[0]} (at {op.loc})",) + e.args[1:]
+        e._accel_located = True
     return e

@@ -29,7 +29,9 @@ Invariants (by construction, so that a failure is accel's fault, not the generat
 - permute combinations are ``+ * max min`` or a projection (``\\new old -> new``, a scatter
   in which colliding targets are common: the last write wins; ``\\new old -> old``);
 - fold and scan operators are associative (``+ * max min``, first/last, ``p + q + pq``,
-  log-add-exp, affine composition, argmax on pairs), several of them non-commutative.
+  log-add-exp, affine composition, argmax on pairs), several of them non-commutative;
+- permute operators are associative and commutative: ``+ * max min`` (the fast paths) and
+  general ones (``p * q * 2``, log-add-exp, a (sum, count) pair read back as the mean).
 """
 
 from __future__ import annotations
@@ -165,7 +167,8 @@ ALL_FEATURES = frozenset(
     ["map", "zip_with", "zip", "generate", "fill", "unit", "use", "iota", "fold", "fold1",
      "sum", "product", "maximum", "minimum", "fold_all", "sum_all", "scanl", "scanr",
      "scanl1", "scanr1", "backpermute", "permute", "permute_add", "permute_max", "permute_scatter",
-     "permute_keep", "ignore",
+     "permute_keep", "permute_mul2",
+     "permute_logaddexp", "permute_sum_count", "ignore",
      "replicate", "slice", "reshape", "transpose", "flatten", "acond", "awhile", "the",
      "top_scalar", "shape", "size", "index", "index_clamp", "cond", "while_", "let", "share",
      "tuple", "tuple_result", "to_float", "to_int", "compare", "logic", "nan_inf_input",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .expressions import (B, F32, F64, I32, I64, MAX_DIM, NP_DTYPE, Arr, Block,
+from .expressions import (A_DTYPE, B, F32, F64, I32, I64, MAX_DIM, NP_DTYPE, Arr, Block,
                           E, ExpressionGen, is_float, is_int, is_num, is_pair)
 
 
@@ -241,13 +241,25 @@ class StatementGen(ExpressionGen):
             shape, lo, hi = self.gen_shape(rank, nonempty=True)
             d = self.bind(f"A.fill({shape}, {self.top_exp(t, 0)})", t, rank, lo, hi)
             self.feat("fill")
+        general = 1 if is_float(t) else 0  # general operators (reverse: the grouped rule)
         comb_feat, comb = self.src.weighted([
             (4, ("permute_add", "lambda p, q: p + q")),
             (3, ("permute_max", "lambda p, q: A.max(p, q)")),
             (1, ("permute_min", "lambda p, q: A.min(p, q)")),
             (1, ("permute_mul", "lambda p, q: p * q")),
             (3, ("permute_scatter", "lambda new, old: new")),
-            (1, ("permute_keep", "lambda new, old: old"))])
+            (1, ("permute_keep", "lambda new, old: old")),
+            (general, ("permute_mul2", "lambda p, q: p * q * 2")),
+            (general, ("permute_logaddexp",
+                       "lambda p, q: A.max(p, q) + A.log1p(A.exp(-abs(p - q)))")),
+            (general, ("permute_sum_count", "lambda p, q: (p[0] + q[0], p[1] + q[1])"))])
+        if comb_feat == "permute_sum_count":
+            # a (sum, count) histogram of (value, 1) pairs, read back as the mean
+            pair = (t, I64)
+            d = self.bind(f"A.map(lambda v: (v, np.int64(1)), {d.name})", pair, d.rank, d.lo,
+                          d.hi)
+            src = self.bind(f"A.map(lambda v: (v, np.int64(1)), {src.name})", pair,
+                            src.rank, src.lo, src.hi)
 
         def body(blk):
             tgt = self._target(blk, d)
@@ -267,8 +279,12 @@ class StatementGen(ExpressionGen):
 
         f = self._index_fun(src.rank, body)
         self.feat("permute", comb_feat)
-        return self.bind(f"A.permute({comb}, {d.name}, {f}, {src.name})", t, d.rank, d.lo,
-                         d.hi)
+        r = self.bind(f"A.permute({comb}, {d.name}, {f}, {src.name})", d.elt, d.rank, d.lo,
+                      d.hi)
+        if comb_feat != "permute_sum_count":
+            return r
+        return self.bind(f"A.map(lambda p: p[0] / A.to_float(p[1], dtype={A_DTYPE[t]}), "
+                         f"{r.name})", t, d.rank, d.lo, d.hi)
 
     def _size_code(self):
         cands = [(a, d) for a in self.arrays for d in range(a.rank) if a.hi[d] <= 4]

@@ -16,7 +16,9 @@ from ..anf import paths as apaths
 from ..anf import tree_like as atree_like
 from ..anf import type_leaves as atype_leaves
 from ..blocks import zero
-from ..combination import not_differentiable
+from ...errors import NotDifferentiableError
+from ..combination import located_at
+from . import scatter_general
 from .exp import ExpTangent, jvp_lam
 from .terms import (tangent_var, prim, lam_of, let_apply, is_float, add_lam, combiner_op, prj_lam,
                     aprj, arr_atoms, fresh_spec, tie_lam)
@@ -123,6 +125,8 @@ def permute(fwd, b: ABind):
     # forward (+):       y_dot = Permute (+) d_dot f s_dot
     # forward (max/min): permute (value, tangent sum, count) triples; y_dot = sum / count
     #                    (ties, with the default too: the mean of the tied tangents)
+    # forward (other):   a scatter of (value, tangent) pairs with comb's JVP
+    #                    (scatter_general.forward_rule)
     op = b.op
     y = b.outs[0]
     dd, sd = fwd.dot(op.defaults), fwd.dot(op.src)
@@ -161,7 +165,12 @@ def permute(fwd, b: ABind):
                                  pairs(op.src, sd)))
         fwd.binds.append(ABind((y,), N.Map(prj_lam(pv.type.elt, 0), pv)))
         return fwd.set_dot(y, N.Map(prj_lam(pv.type.elt, 1), pv))
-    raise not_differentiable(op, "forward")
+    # any other associative and commutative operator: a dual-number scatter
+    try:
+        return scatter_general.forward_rule(fwd, b, op, jvp_lam(op.comb, (True, True),
+                                                                 fwd.arr_tan))
+    except NotDifferentiableError as e:
+        raise located_at(e, op) from None
 
 def backpermute(fwd, b: ABind):
     # primal:  y = Backpermute sh f a;  forward: y_dot = Backpermute sh f a_dot

@@ -20,7 +20,8 @@ from ...ast.traverse import apply_lam, freshen
 from ...ast.types import Scalar, int64, shape_type
 from ...errors import NotDifferentiableError
 from ..blocks import zero
-from ..combination import combination, not_differentiable
+from ..combination import combination, located_at
+from . import scatter_general
 from .terms import add_lam, lam1
 
 class Scatter:
@@ -53,14 +54,19 @@ def _eq(a, b):
 
 def permute(rev, b, y, dy):
     # primal:  y = Permute comb d f src   (y[t] = comb(src[i], y[t]) for f(i) = t)
-    # reverse: by the combination function, from COMBINATION_RULES
+    # reverse: by the combination function, from COMBINATION_RULES; any other operator:
+    #          grouped by target, segmented scans (scatter_general.reverse_rule)
     op = b.op
     kind = combination(op.comb)
     elt = y.type.elt
-    if kind not in COMBINATION_RULES:
-        raise not_differentiable(op, "reverse")
-    if kind in ("mul", "max", "min") and not (isinstance(elt, Scalar) and elt.is_float):
-        raise NotDifferentiableError(f"permute: {kind} on {elt!r} elements")
+    fast = kind in COMBINATION_RULES and (
+        kind not in ("mul", "max", "min") or (isinstance(elt, Scalar) and elt.is_float))
+    if not fast:
+        # any other associative and commutative operator: the grouped rule
+        try:
+            return scatter_general.reverse_rule(rev, op, y, dy)
+        except NotDifferentiableError as e:
+            raise located_at(e, op) from None
     COMBINATION_RULES[kind](rev, Scatter(op, y, dy))
 
 
