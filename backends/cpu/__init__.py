@@ -72,13 +72,23 @@ Limitations: the chunked scan exists only for single-row scans (rank-1 sources);
 permute with another combination (or tuple elements), other than a projection, scatters
 serially; kernels run in
 the threading layer numba picks (omp by default here: not fork-safe, see
-NUMBA_NOTES.md section 4); a cold kernel costs about 0.1-1 s of numba compilation, plus
-about 0.5 s for a step's parallel driver the first time it is needed.
+NUMBA_NOTES.md section 4), with ``OMP_WAIT_POLICY=PASSIVE`` unless set; a cold
+kernel costs about 0.1-1 s of numba compilation, plus about 0.5 s for a step's
+parallel driver the first time it is needed.
 """
 
 from __future__ import annotations
 
-from .runtime import Runner
+import os
+
+# OpenMP threads that spin at barriers (libgomp's default) make every kernel launch
+# wait for a time slice when the machine has other work: measured 10-30x slower
+# kernels on a loaded 2-core machine.  Threads that sleep cost a wake-up per launch
+# instead (the README gives both measurements).  Set before numba loads its OpenMP
+# layer (on the first parallel launch); a value the user chose is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from .runtime import Runner  # noqa: E402
 
 __all__ = ["Runner", "prepare_kernels"]
 

@@ -145,10 +145,13 @@ class ArrayReverse:
 
     # -- services the rules use
 
-    def scatter_index_adjoints(self, iai: list, dres: N.Avar, rank: int):
-        # each Index into an active array: Permute (+) zeros (\i -> (exec, idx)) (map adj dres)
+    def scatter_index_adjoints(self, iai: list, dres: N.Avar, rank: int, skip=frozenset()):
+        # each Index into an active array (but those in ``skip``, gathered by the caller):
+        # Permute (+) zeros (\i -> (exec, idx)) (map adj dres)
         rt = dres.type.elt
         for k, e in enumerate(iai):
+            if k in skip:
+                continue
             arr = e.array
             i = N.Var(N.fresh("i"), shape_type(rank))
             entry = prj(N.Index(dres, i), 1, k)

@@ -35,6 +35,7 @@ class IndexAdjoint:
     adj: tuple  # atoms, the leaves of the array's element type
     index: tuple  # int64 atoms
     executed: N.Exp  # bool atom
+    primal_index: tuple = ()  # the index atoms in the primal function (for gather.py)
 
     def term(self) -> N.Exp:
         adj = tree_term(tree_like(self.array.type.elt, iter(self.adj)))
@@ -140,7 +141,7 @@ def index(rev, b: Bind):
         return
     adjs = tuple(zero(o.type) if a is None else a for o, a in zip(b.outs, adjs))
     rev.index_adjoints.append(IndexAdjoint(op.array, adjs, op.index.items,
-                                           N.Const(True, bool_)))
+                                           N.Const(True, bool_), op.index.items))
 
 
 def cond(rev, b: Bind):
@@ -180,7 +181,7 @@ def cond(rev, b: Bind):
     for e, tree in zip([e for s in subs for e in s.index_adjoints], out[len(ovars):]):
         adj, ix, ex = tree
         rev.index_adjoints.append(IndexAdjoint(e.array, tuple(leaves_of(adj)),
-                                               tuple(leaves_of(ix)), ex))
+                                               tuple(leaves_of(ix)), ex, e.primal_index))
 
 
 # --------------------------------------------------------------------------- while_

@@ -9,10 +9,12 @@ inside the function becomes index adjoints, scattered by the driver.
 from __future__ import annotations
 
 from ...ast import nodes as N
+from ...ast.traverse import freshen
 from ...ast.types import ArrayT, shape_type
 from ..anf import ABind
 from ..blocks import leaves_of
 from . import exp
+from .gather import affine_forms, gather_adjoint
 from .terms import lam1, prj
 
 def elementwise(rev, b, y, dy):
@@ -43,7 +45,7 @@ def elementwise(rev, b, y, dy):
             ABind((y,), N.Map(lam1(pt, lambda r: N.Prj(0, r)), yt)),
             ABind((ytmp,), N.Map(lam1(pt, lambda r: N.Prj(1, r)), yt)),
         ]
-        dres = rev.emit(N.ZipWith(D, dy, ytmp))
+        dres_term = N.ZipWith(D, dy, ytmp)
     else:
         Dr = exp.recompute_lambda(ad)
         ix = N.Var(N.fresh("i"), shape_type(y.type.rank))
@@ -57,7 +59,8 @@ def elementwise(rev, b, y, dy):
         body = Dr.body
         for p, a in reversed(list(zip(Dr.params, args))):
             body = N.Let(p, a, body)
-        dres = rev.emit(N.Generate(N.Shape(dy), N.Lam((ix,), body)))
+        dres_term = N.Generate(N.Shape(dy), N.Lam((ix,), body))
+    dres = rev.emit(dres_term)
     rt = dres.type.elt
     if isinstance(op, N.Map):
         if live[0]:
@@ -68,4 +71,13 @@ def elementwise(rev, b, y, dy):
             if live[k]:
                 rev.contribute(arg, N.Map(lam1(rt, lambda r, k=k: prj(r, 0, k)), dres),
                                 same)
-    rev.scatter_index_adjoints(ad.index_adjoints, dres, y.type.rank)
+    # reads through affine indices: a gather of their own component of the dual (its
+    # own copy of the dual's term, so that fusion inlines it into the gather)
+    plans = affine_forms(ad, ad.index_adjoints) if isinstance(op, N.Generate) else ()
+    for k, plan in enumerate(plans):
+        if plan is not None:
+            comp = rev.emit(N.Map(lam1(rt, lambda r, k=k: prj(r, 1, k)), freshen(dres_term)))
+            rev.contribute(ad.index_adjoints[k].array,
+                           gather_adjoint(plan, ad.index_adjoints[k].array, comp))
+    rev.scatter_index_adjoints(ad.index_adjoints, dres, y.type.rank,
+                               skip={k for k, p in enumerate(plans) if p is not None})
