@@ -146,3 +146,37 @@ def test_gathers_on_cpu_and_second_order(f, shapes):
                        desc.param_types, True)
     assert check_gradient(desc, backends=["cpu"]) == "ok"
     assert check_second_order(desc, backends=["interpreter"]) == "ok"
+
+
+BACKPERMUTES = {
+    "stencil": ("    h, w = a0.shape[0] - 2, a0.shape[1] - 2\n"
+                "    def s(di, dj):\n"
+                "        return A.backpermute((h, w), lambda ix: (ix[0] + 1 + di, ix[1] + 1 + dj),"
+                " a0)\n"
+                "    n = A.zip_with(lambda a, b: a + b, s(-1, 0), s(0, 1))\n"
+                "    return A.zip_with(lambda a, b: A.sin(a) * b, n, s(0, 0))",
+                [(5, 4)]),
+    "transpose_reverse": ("    n, m = a0.shape\n"
+                          "    t = A.backpermute((m, n), lambda ix: (ix[1], m - 1 - ix[0]), a0)\n"
+                          "    return A.map(lambda v: v * v * v, t)", [(3, 5)]),
+    "window": ("    (n,) = a0.shape\n"
+               "    w = A.backpermute((n - 2, 3), lambda ix: ix[0] + ix[1], a0)\n"
+               "    return A.sum(A.map(A.tanh, w))", [(7,)]),
+    "broadcast_row": ("    n, m = a0.shape\n"
+                      "    b = A.backpermute((4, n, m), lambda ix: (ix[1], ix[2]), a0)\n"
+                      "    r = A.backpermute((m,), lambda j: (0, j), a0)\n"
+                      "    return A.zip_with(lambda x, y: x * y, A.sum(A.sum(b)), r)",
+                      [(3, 3)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BACKPERMUTES))
+def test_backpermute_adjoints_are_gathers(name):
+    body, shapes = BACKPERMUTES[name]
+    rng = np.random.default_rng(2)
+    desc = _desc(body, tuple(rng.standard_normal(s) for s in shapes))
+    assert check_gradient(desc, backends=["fused", "cpu"]) == "ok"
+    _, loss = desc.build()
+    g = A.compile(A.gradientA(loss, wrt=0), backend="interpreter")
+    g(*desc.args())
+    assert "Permute" not in g.program(*desc.args())

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 from ...ast import nodes as N
 from ...ast.types import int64, shape_type
-from ..blocks import CondB, leaves_of, zero
+from ...ast.traverse import substitute
+from ..blocks import CondB, flatten, fresh_leaves, leaves_of, zero
 from .terms import add_lam
 
 
@@ -198,9 +199,24 @@ def _scale(s: int, e):
     return e if s == 1 else _p("mul", N.Const(s, int64), e)
 
 
-def gather_adjoint(plan: Plan, arr: N.Avar, comp: N.Avar) -> N.Arr:
-    """The adjoint of ``arr`` from one read, gathered from ``comp``: the read's
-    ``(adjoint, index, executed)`` at each point of the function's domain."""
+def index_function_plan(f: N.Lam, target_rank: int) -> Plan | None:
+    """The gather plan of an index function ``\\i -> ix`` (a ``Backpermute``'s)."""
+    leaves = fresh_leaves(f.params[0].type, "i")
+    blk = flatten(f.body, {f.params[0].name: tuple(leaves)})
+    lin = _Linearise(blk.binds, {v.name: k for k, v in enumerate(leaves)})
+    ix = leaves_of(blk.result)
+    if len(ix) != target_rank:
+        return None
+    return plan_read([lin.atom(x) for x in ix], len(leaves))
+
+
+def gather_adjoint(plan: Plan, arr: N.Avar, comp: N.Avar, pick=None) -> N.Arr:
+    """The adjoint of ``arr`` from one read, gathered from ``comp``, an array over the
+    reading function's domain: by default its elements are the read's ``(adjoint,
+    index, executed)``; ``pick(element)`` gives ``(adjoint, executed or None)``."""
+    if pick is None:
+        def pick(x):
+            return N.Prj(0, x), N.Prj(2, x)
     q = comp.type.rank
     elt = arr.type.elt
     zero_i = N.Const(0, int64)
@@ -253,10 +269,18 @@ def gather_adjoint(plan: Plan, arr: N.Avar, comp: N.Avar) -> N.Arr:
             valid = _and(valid, _and(_p("ge", coord[c], zero_i), _p("lt", coord[c], n[c])))
     ix = N.Tuple(tuple(coord[c] for c in range(q)))
     e = N.Var(N.fresh("e"), comp.type.elt)
-    val = N.Let(e, N.Index(comp, ix), N.Cond(N.Prj(2, e), N.Prj(0, e), zero(elt)))
+    value, executed = pick(e)
+    val = N.Let(e, N.Index(comp, ix),
+                value if executed is None else N.Cond(executed, value, zero(elt)))
     body = val if valid is None else N.Cond(valid, val, zero(elt))
-    ext_t = N.Tuple(tuple(ext) + (length,))
-    summed = N.Fold(add_lam(elt), zero(elt), N.Generate(ext_t, N.Lam((g,), body)))
+    if slot_sizes:
+        summed = N.Fold(add_lam(elt), zero(elt),
+                        N.Generate(N.Tuple(tuple(ext) + (length,)), N.Lam((g,), body)))
+    else:  # nothing folded: a gather, over the target extents only
+        h = N.Var(N.fresh("g"), shape_type(r))
+        body = substitute(body, {g.name: N.Tuple(tuple(N.Prj(d, h) for d in range(r))
+                                                 + (N.Const(0, int64),))})
+        summed = N.Generate(N.Tuple(tuple(ext)), N.Lam((h,), body))
     folded = N.Avar(N.fresh("a"), summed.type)
     # embed the folded extents into the array's shape
     u = N.Var(N.fresh("u"), shape_type(r))

@@ -11,6 +11,7 @@ from ...ast import nodes as N
 from ...ast.traverse import freshen
 from ...ast.types import bool_, shape_type
 from ..blocks import zero
+from .gather import gather_adjoint, index_function_plan
 from .terms import add_lam, zeros_like
 
 def use(rev, b, y, dy):
@@ -19,8 +20,12 @@ def use(rev, b, y, dy):
 
 def backpermute(rev, b, y, dy):
     # primal:  y = Backpermute sh f a
-    # reverse: a += Permute (+) (zeros a) (\i -> (True, f i)) dy
+    # reverse: a += Permute (+) (zeros a) (\i -> (True, f i)) dy, or where f is affine
+    #          (a shift, a transpose, ...: gather.py) the gather of dy through f's inverse
     op = b.op
+    plan = index_function_plan(op.f, op.a.type.rank)
+    if plan is not None:
+        return rev.contribute(op.a, gather_adjoint(plan, op.a, dy, lambda x: (x, None)))
     f = freshen(op.f)
     pf = N.Lam(f.params, N.Tuple((N.Const(True, bool_), f.body)))
     rev.contribute(op.a, N.Permute(add_lam(y.type.elt), zeros_like(op.a), pf, dy))
