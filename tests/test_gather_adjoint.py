@@ -180,3 +180,20 @@ def test_backpermute_adjoints_are_gathers(name):
     g = A.compile(A.gradientA(loss, wrt=0), backend="interpreter")
     g(*desc.args())
     assert "Permute" not in g.program(*desc.args())
+
+
+def test_reads_at_invariant_indices_in_maps_are_sums():
+    """A scalar kept in an array and read in a map (logsumexp's shift, a learning rate):
+    its adjoint is a sum over the map's domain, not atomic adds into one element."""
+    body = ("    m = A.maximum(a0)\n"
+            "    s = A.sum(A.map(lambda v: A.exp(v - A.the(m)), a0))\n"
+            "    z = A.zip_with(lambda v, w: A.log(A.the(s)) + A.the(m) + v * w * a1[1],\n"
+            "                   a0, a0)\n"
+            "    return A.map(lambda v: v * a1[0], z)")
+    rng = np.random.default_rng(3)
+    desc = _desc(body, (rng.standard_normal(6), rng.standard_normal(2)))
+    assert check_gradient(desc, backends=["fused", "cpu"]) == "ok"
+    _, loss = desc.build()
+    g = A.compile(A.gradientA(loss, wrt=(0, 1)), backend="interpreter")
+    g(*desc.args())
+    assert "Permute" not in g.program(*desc.args())

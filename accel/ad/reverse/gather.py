@@ -10,7 +10,10 @@ user writes have an *affine* index: each target coordinate is
 * an invariant (a fixed row ``a[0, i]``; all of them: a sum over the domain), or
 * the sum of two domain coordinates plus an offset (a convolution ``x[i + k]``),
 
-and every other domain coordinate does not appear in the index at all.  Then each
+and every other domain coordinate does not appear in the index at all.  (Inside a
+``Map`` or ``ZipWith`` function, whose parameters are elements, only the last kind
+qualifies: a read at an invariant index, such as a scalar kept in a rank-0 array,
+whose adjoint is then a sum over the domain rather than one contended atomic target.)  Then each
 target is hit by the domain points that agree on the *solving* coordinates, so the
 adjoint is a **gather**: ``da[t] = sum over the folded coordinates of dres[i(t, j)]``,
 a ``Generate`` over (target, folded) and a ``Fold (+)`` over the folded dimension,
@@ -21,7 +24,7 @@ at run time, so the fold runs over the smaller: the work stays within twice the
 scatter's.  Its output is ``Generate``/``Fold``/``Index``, so it differentiates
 again in both modes.
 
-``affine_forms`` classifies each read of a differentiated ``Generate`` function;
+``affine_forms`` classifies each read of a differentiated elementwise function;
 ``gather_adjoint`` builds the adjoint term of one classified read.
 """
 
@@ -164,14 +167,18 @@ def plan_read(forms: list, rank: int) -> Plan | None:
     return Plan(list(forms), solvers, folded)
 
 
-def affine_forms(ad, reads: list) -> list:
-    """Per index adjoint of the differentiated ``Generate`` function ``ad``: its Plan
-    or None.  ``reads`` are the index adjoints (each with ``primal_index``)."""
-    tree = ad.param_trees[0]
-    leaves = leaves_of(tree)
-    coords = {v.name: k for k, v in enumerate(leaves) if isinstance(v, N.Var)}
+def affine_forms(ad, reads: list, rank: int, is_generate: bool) -> list:
+    """Per index adjoint of the differentiated elementwise function ``ad`` over a domain
+    of ``rank`` dimensions: its Plan or None.  ``reads`` are the index adjoints (each
+    with ``primal_index``).  A ``Generate`` function's parameter is the domain index;
+    a ``Map``/``ZipWith`` function's are elements, so only its reads at invariant
+    indices (a scalar held in an array, ``a[0]``) are planned: summed over the domain."""
+    params = [x for t in ad.param_trees for x in leaves_of(t) if isinstance(x, N.Var)]
+    coords = {v.name: k for k, v in enumerate(params)} if is_generate else {}
     lin = _Linearise(ad.primal.binds, coords)
-    return [plan_read([lin.atom(x) for x in e.primal_index], len(leaves)) for e in reads]
+    for v in params:  # an element parameter is not invariant
+        lin.defs.setdefault(v.name, None)
+    return [plan_read([lin.atom(x) for x in e.primal_index], rank) for e in reads]
 
 
 def _min(a, b):

@@ -73,7 +73,7 @@ def elementwise(rev, b, y, dy):
                                 same)
     # reads through affine indices: a gather of their own component of the dual (its
     # own copy of the dual's term, so that fusion inlines it into the gather)
-    plans = affine_forms(ad, ad.index_adjoints) if isinstance(op, N.Generate) else ()
+    plans = affine_forms(ad, ad.index_adjoints, y.type.rank, isinstance(op, N.Generate))
     for k, plan in enumerate(plans):
         if plan is not None:
             comp = rev.emit(N.Map(lam1(rt, lambda r, k=k: prj(r, 1, k)), freshen(dres_term)))
