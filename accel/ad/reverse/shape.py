@@ -11,7 +11,7 @@ from ...ast import nodes as N
 from ...ast.traverse import freshen
 from ...ast.types import bool_, shape_type
 from ..blocks import zero
-from .gather import gather_adjoint, index_function_plan
+from .gather import Affine, Plan, gather_adjoint, index_function_plan
 from .terms import add_lam, zeros_like
 
 def use(rev, b, y, dy):
@@ -36,29 +36,16 @@ def reshape(rev, b, y, dy):
     rev.contribute(op.a, N.Reshape(N.Shape(op.a), dy))
 
 def replicate(rev, b, y, dy):
-    # primal:  y = Replicate spec a
-    # reverse: a += Fold (+) 0 (Reshape (kept, prod new) (Backpermute (kept, new) perm dy))
+    # primal:  y = Replicate spec a   (a read of a through a projection of y's index)
+    # reverse: a += Fold (+) 0 over the new dimensions of dy (gather.py: the adjoint
+    #          of a projected read, so that every formulation of a broadcast gets it)
     op = b.op
-    spec, R, k = op.spec, y.type.rank, op.a.type.rank
-    kept = [d for d, s in enumerate(spec) if s is None]
-    new = [d for d, s in enumerate(spec) if s is not None]
+    kept = [d for d, s in enumerate(op.spec) if s is None]
+    new = [d for d, s in enumerate(op.spec) if s is not None]
     if not new:
         return rev.contribute(op.a, dy)
-    sa = N.Shape(op.a)
-    sizes = [N.Prj(j, sa) for j in range(k)] + [freshen(spec[d]) for d in new]
-    ix = N.Var(N.fresh("i"), shape_type(R))
-    order = kept + new
-    back = [None] * R
-    for pos, d in enumerate(order):
-        back[d] = N.Prj(pos, ix)
-    moved = N.Backpermute(N.Tuple(tuple(sizes)), N.Lam((ix,), N.Tuple(tuple(back))), dy)
-    prod = sizes[k]
-    for s in sizes[k + 1:]:
-        prod = N.PrimApp("mul", (prod, s))
-    flat = N.Reshape(N.Tuple(tuple(sizes[:k]) + (prod,)), rev.emit(moved))
-    elt = y.type.elt
-    z = zero(elt)
-    rev.contribute(op.a, N.Fold(add_lam(elt), z, rev.emit(flat)))
+    plan = Plan([Affine(((d, 1),)) for d in kept], [(d,) for d in kept], new)
+    rev.contribute(op.a, gather_adjoint(plan, op.a, dy, lambda x: (x, None)))
 
 def slice_(rev, b, y, dy):
     # primal:  y = Slice a spec
