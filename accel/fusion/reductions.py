@@ -31,7 +31,7 @@ from ..ast.types import int64, shape_type
 from ..simplify.rounds import tidy
 from .kernels import KAcond, KAwhile, KBlock, KFold, KGenerate, KUse, map_blocks, sub_blocks
 
-__all__ = ["rewrite_reductions", "reuse_folds", "interchange_sums"]
+__all__ = ["rewrite_reductions", "reuse_folds", "interchange_sums", "expand", "is_sum"]
 
 #: Sources bigger than this (after inlining their lets) are left alone.
 MAX_NODES = 4000
@@ -96,7 +96,7 @@ def dim(sh: N.Exp, k: int) -> N.Exp:
     return tidy(N.Prj(k, sh))
 
 
-def _is_sum(s) -> bool:
+def is_sum(s) -> bool:
     """A fold with ``+`` and a zero initial value."""
     if not isinstance(s, KFold) or s.z is None or not isinstance(s.z, N.Const):
         return False
@@ -352,7 +352,7 @@ def _plan(b: KFold, term: tuple, steps: list, i: int, result) -> tuple | None:
     read = dep[0]
     a = next((s for s in steps[:i] if isinstance(s, KFold)
               and s.out.name == read.array.name), None)
-    if a is None or not _is_sum(a) or _step_reads(a.out.name, steps, result) != 1:
+    if a is None or not is_sum(a) or _step_reads(a.out.name, steps, result) != 1:
         return None
     if not isinstance(read.index, N.Tuple):
         return None
@@ -421,7 +421,7 @@ def interchange_sums(blk: KBlock) -> KBlock:
     i = 0
     while i < len(steps):
         b = steps[i]
-        body = expand(b.src.body) if _is_sum(b) else None
+        body = expand(b.src.body) if is_sum(b) else None
         if body is None:
             i += 1
             continue

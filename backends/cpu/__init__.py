@@ -87,6 +87,11 @@ import os
 # instead (the README gives both measurements).  Set before numba loads its OpenMP
 # layer (on the first parallel launch); a value the user chose is kept.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Matrix products run as BLAS calls inside the kernels' own parallel chunks (``contract``),
+# one BLAS thread each: OpenBLAS's own threads spin too (a 256^3 product took 26 ms with
+# two of them on the loaded machine, 0.66 ms with one).  Read when SciPy's OpenBLAS
+# loads (numba's first BLAS call), so it does not change a NumPy already imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .runtime import Runner  # noqa: E402
 

@@ -89,6 +89,6 @@ def _generate(body: KBlock, check_bounds: bool) -> Module:
                                       list(g.sites), extra.get("fast"),
                                       extra.get("chunked", False), list(g.parallel),
                                       step_weight(s), extra.get("outer", False),
-                                      extra.get("blocked", False))
+                                      extra.get("blocked", False), extra.get("contract"))
     mod.source = texts.module(HEADER + (fpmode.SOURCE if flush else ""))
     return mod

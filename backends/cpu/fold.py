@@ -30,8 +30,10 @@ from accel.backends.numba.kernelgen import at, out_names
 from accel.backends.numba.literals import CAST
 from accel.backends.numba.trees import rebuild
 from accel.errors import ShapeError
+from accel.fusion.contraction import contraction
 from accel.fusion.kernels import KFold
 
+from . import contract
 from .emitter import (PAR_TASKS_PER_THREAD, KernelGen, chunk_task, count_ops, increment,
                       row_counter, work_bufs)
 from .plan import Launch, dtypes, inner_length
@@ -104,6 +106,9 @@ def emit(s: KFold, check: bool):
         _fold_interchanged_chunked(g, s, dims, outs, parts, m, n, nch)
     elif blocked:
         _fold_blocked(g, s, dims, outs, n)
+    product = contraction(s)
+    if product is not None:
+        contract.emit(g, s, product, outs, dims, n)
     g.begin("comb", ranged=False)
     r, c = g.fresh("r"), g.fresh("c")
     g.loop(r, f"range({m})")
@@ -114,7 +119,7 @@ def emit(s: KFold, check: bool):
     g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), rebuild(elt, iter(nxt)))))
     g.ind -= 1
     g.store(outs, r, tuple(acc))
-    return g, {"outer": outer, "blocked": blocked}
+    return g, {"outer": outer, "blocked": blocked, "contract": product}
 
 
 def _calls_mathlib(e) -> bool:
@@ -463,13 +468,17 @@ def launch(s: KFold, plan, ev) -> Launch:
     if s.z is None and n == 0:
         raise ShapeError(f"fold1: the innermost dimension is empty (shape "
                          f"{shape + (0,)})")
+    outs = [(shape, size, dtypes(s.out.type))]
+    work = [("o", k) for k in range(sum(len(o[2]) for o in outs))]
+    mm = None if plan.contract is None else contract.usable(plan.contract, shape, n, ev)
+    if mm is not None:  # a matrix product: BLAS (``contract``)
+        vals = {("n",): n, ("mode",): 1, ("tile",): 1}
+        return Launch(shape, size, outs, work + work, [("mm", mm, size * n)], vals)
     rows = FOLD_OUTER_CHUNK_MAX_ROWS if plan.outer else FOLD_CHUNK_MAX_ROWS
     chunk = n >= max(FOLD_CHUNK_MIN_N, FOLD_CHUNKS) and size < rows
     nch = FOLD_CHUNKS if chunk else 1
     vals: dict = {("n",): n, ("mode",): nch}
     phases = []
-    outs = [(shape, size, dtypes(s.out.type))]
-    work = [("o", k) for k in range(sum(len(o[2]) for o in outs))]
     if nch == 1:  # each row folds straight into the output
         work += work
     else:

@@ -39,6 +39,7 @@ class KernelPlan:
     weight: int = 1  # rough cost of one element (scales the work of a phase)
     outer: bool = False  # the fold has the interchanged phase (see ``fold``)
     blocked: bool = False  # the fold has the phase of blocks of rows
+    contract: object = None  # the fold's ``Contraction``: it has phase ``mm`` (BLAS)
 
 
 @dataclass

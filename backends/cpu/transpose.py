@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from accel.ast import nodes as N
 from accel.ast.traverse import map_children, walk
+from accel.fusion.contraction import contraction
 from accel.fusion.kernels import KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate
 
 __all__ = ["transpose_reads"]
@@ -54,7 +55,7 @@ def _block(blk: KBlock) -> KBlock:
 def _fold(s: KFold, copies: dict, steps: list) -> KFold:
     ix = s.src.params[0]
     rank = len(ix.type.items) - 1  # rows' rank; component ``rank`` is the fold index
-    if rank < 2:
+    if rank < 2 or contraction(s) is not None:  # BLAS reads either layout (``contract``)
         return s
     last, j = N.Prj(rank - 1, ix), N.Prj(rank, ix)
 

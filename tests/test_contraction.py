@@ -1,0 +1,228 @@
+"""Folds that are matrix products (accel/fusion/contraction.py) and their BLAS phase on
+the cpu backend (backends/cpu/contract.py).
+
+The recogniser must see the same product through every formulation (generate with
+indexing, replicate + zip_with, backpermute, and reverse AD's gathered adjoints), and
+nothing else; the cpu backend's ``mm`` phase must give NumPy's values for every layout
+of the operands and the output, batches, matrix-vector products, scale factors,
+float32, and fall back to the fold's other phases where the arrays do not span the
+fold's domain.
+"""
+
+import numpy as np
+import pytest
+
+import accel as A
+import accel.backends.cpu.contract as contract_phase
+from accel.fusion.contraction import contraction
+from accel.fusion.fuse import fuse
+from accel.fusion.kernels import KFold, sub_blocks
+from accel.pipeline import arg_type, optimise, trace_program
+
+from benchmarks.corpus import linalg, nn
+
+
+def _folds(f, *args):
+    sig = tuple(arg_type(a, i) for i, a in enumerate(args))
+    kp = fuse(optimise(trace_program(f, sig)))
+
+    def steps(b):
+        for s in b.steps:
+            yield s
+            for sb in sub_blocks(s):
+                yield from steps(sb)
+    return [s for s in steps(kp.body) if isinstance(s, KFold)]
+
+
+RNG = np.random.default_rng(7)
+MA, MB = RNG.standard_normal((5, 4)), RNG.standard_normal((4, 6))
+
+
+@pytest.mark.parametrize("form", ["replicate", "generate", "backpermute"])
+def test_every_matmul_formulation_and_its_gradient_is_a_contraction(form):
+    f = getattr(linalg, "matmul_" + form)
+    primal = _folds(f, MA, MB)
+    assert sum(contraction(s) is not None for s in primal) == 1
+    grad = _folds(A.gradientA(f, wrt=(0, 1)), MA, MB)
+    assert len(grad) == 3 and all(contraction(s) is not None for s in grad)
+
+
+@pytest.mark.parametrize("form", ["replicate", "generate"])
+def test_attention_products_are_contractions(form):
+    q, k, v = (RNG.standard_normal((6, 3)) for _ in range(3))
+    f = getattr(nn, "attention_" + form)
+    assert sum(contraction(s) is not None for s in _folds(f, q, k, v)) == 2
+    assert sum(contraction(s) is not None
+               for s in _folds(A.gradientA(f, wrt=(0, 1, 2)), q, k, v)) >= 4
+
+
+def test_other_folds_are_not_contractions():
+    x = RNG.standard_normal((5, 4))
+    n, k = x.shape
+    not_products = [
+        # row norms: both reads at (i, k): no row or column index of a product
+        lambda a: A.sum(A.map(lambda v: v * v, a)),
+        # a product with a shifted read
+        lambda a: A.sum(A.generate((n, n - 1, k - 1),
+                                   lambda ix: a[ix[0], ix[2]] * a[ix[1] + 1, ix[2] + 1])),
+        # a maximum, not a sum
+        lambda a: A.maximum(A.generate((n, n, k), lambda ix: a[ix[0], ix[2]] * a[ix[1], ix[2]])),
+        # three reads
+        lambda a: A.sum(A.generate((n, n, k),
+                                   lambda ix: a[ix[0], ix[2]] * a[ix[1], ix[2]] * a[0, ix[2]])),
+        # a non-linear function of the reads
+        lambda a: A.sum(A.generate((n, n, k),
+                                   lambda ix: A.sin(a[ix[0], ix[2]] * a[ix[1], ix[2]]))),
+    ]
+    for f in not_products:
+        assert all(contraction(s) is None for s in _folds(f, x))
+
+
+def _gen_product(out_order, a_layout, b_layout, scale=None):
+    """``out = sum_k A . B`` written with generate, for an output order (``"mn"`` or
+    ``"nm"``) and operand layouts (``"mk"``/``"km"``, ``"kn"``/``"nk"``)."""
+    def f(a, b):
+        m = a.shape[0] if a_layout == "mk" else a.shape[1]
+        k = a.shape[1] if a_layout == "mk" else a.shape[0]
+        n = b.shape[1] if b_layout == "kn" else b.shape[0]
+
+        def elt(ix):
+            i, j, kk = (ix[0], ix[1], ix[2]) if out_order == "mn" else (ix[1], ix[0], ix[2])
+            x = a[i, kk] if a_layout == "mk" else a[kk, i]
+            y = b[kk, j] if b_layout == "kn" else b[j, kk]
+            p = x * y
+            return p if scale is None else scale(p, a)
+        shape = (m, n, k) if out_order == "mn" else (n, m, k)
+        return A.sum(A.generate(shape, elt))
+    return f
+
+
+def _np_product(a, b, out_order, a_layout, b_layout):
+    am = a if a_layout == "mk" else a.T
+    bm = b if b_layout == "kn" else b.T
+    c = am @ bm
+    return c if out_order == "mn" else c.T
+
+
+@pytest.fixture
+def blas_always(monkeypatch):
+    """Every recognised product runs the ``mm`` phase, whatever its size."""
+    monkeypatch.setattr(contract_phase, "MM_MIN_WORK", 0)
+    monkeypatch.setattr(contract_phase, "MM_MIN_K", 0)
+
+
+@pytest.mark.parametrize("out_order", ["mn", "nm"])
+@pytest.mark.parametrize("a_layout", ["mk", "km"])
+@pytest.mark.parametrize("b_layout", ["kn", "nk"])
+def test_blas_phase_every_layout(blas_always, out_order, a_layout, b_layout):
+    m, k, n = 7, 5, 9
+    a = RNG.standard_normal((m, k) if a_layout == "mk" else (k, m))
+    b = RNG.standard_normal((k, n) if b_layout == "kn" else (n, k))
+    f = _gen_product(out_order, a_layout, b_layout)
+    assert any(contraction(s) is not None for s in _folds(f, a, b))
+    c = A.compile(f)
+    got = c(a, b)
+    np.testing.assert_allclose(got, _np_product(a, b, out_order, a_layout, b_layout),
+                               rtol=1e-12, atol=1e-12)
+    assert any(k.startswith("mm_") for k in c.stats(a, b)["launches"])
+
+
+@pytest.mark.parametrize("scale", [
+    lambda p, a: p * 0.5,                                       # a constant
+    lambda p, a: -(p / A.to_float(a.shape[0])),               # a shape, a negation
+    lambda p, a: a[0, 0] * p + a[0, 0] * p,                     # a fixed read, doubled
+])
+def test_blas_phase_scale_factors(blas_always, scale):
+    a, b = RNG.standard_normal((6, 4)), RNG.standard_normal((4, 3))
+    f = _gen_product("mn", "mk", "kn", scale)
+    assert any(contraction(s) is not None and contraction(s).scale
+               for s in _folds(f, a, b))
+    c = A.compile(f)
+    np.testing.assert_allclose(c(a, b), A.run(f, a, b, backend="interpreter"),
+                               rtol=1e-12, atol=1e-12)
+    assert any(k.startswith("mm_") for k in c.stats(a, b)["launches"])
+
+
+def test_blas_phase_batches_and_matrix_vector(blas_always):
+    a, b = RNG.standard_normal((3, 5, 4)), RNG.standard_normal((3, 6, 4))
+    v = RNG.standard_normal(4)
+
+    def batched(a, b):  # out[t, i, j] = sum_k a[t, i, k] * b[t, j, k]
+        t, m, k = a.shape
+        n = b.shape[1]
+        return A.sum(A.generate((t, m, n, k),
+                                lambda ix: a[ix[0], ix[1], ix[3]] * b[ix[0], ix[2], ix[3]]))
+
+    def matvec(a, v):  # out[i] = sum_k a[1, i, k] ... over a rank-2 slice: a[i, k] v[k]
+        m, k = a.shape
+        return A.sum(A.generate((m, k), lambda ix: a[ix[0], ix[1]] * v[ix[1]]))
+
+    def vecmat(a, v):  # out[i] = sum_k v[k] a[k, i]
+        k, m = a.shape
+        return A.sum(A.generate((m, k), lambda ix: v[ix[1]] * a[ix[1], ix[0]]))
+
+    for f, args, ref in [
+        (batched, (a, b), np.einsum("tik,tjk->tij", a, b)),
+        (matvec, (a[0], v), a[0] @ v),
+        (vecmat, (a[0].T.copy(), v), v @ a[0].T),
+    ]:
+        assert any(contraction(s) is not None for s in _folds(f, *args))
+        c = A.compile(f)
+        np.testing.assert_allclose(c(*args), ref, rtol=1e-12, atol=1e-12)
+        assert any(k.startswith("mm_") for k in c.stats(*args)["launches"])
+
+
+def test_blas_phase_float32_and_empty_sums(blas_always):
+    a = RNG.standard_normal((5, 4)).astype(np.float32)
+    b = RNG.standard_normal((4, 3)).astype(np.float32)
+    f = _gen_product("mn", "mk", "kn")
+    got = A.compile(f)(a, b)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5)
+    z = A.compile(f)(np.zeros((5, 0)), np.zeros((0, 3)))
+    np.testing.assert_array_equal(z, np.zeros((5, 3)))
+
+
+def test_mismatched_extents_fall_back_to_the_fold(blas_always):
+    """``zip_with`` of replicates intersects shapes: with a (5, 4) and b (6, 3) the sum
+    runs over 4 terms, not over either array's whole dimension, and the guards of the
+    gradient's gathers do not hold everywhere: the fold's own phases run."""
+    a, b = RNG.standard_normal((5, 4)), RNG.standard_normal((6, 3))
+    for f in (linalg.matmul_replicate, A.gradientA(linalg.matmul_replicate, wrt=(0, 1))):
+        want = A.run(f, a, b, backend="interpreter")
+        got = A.compile(f)(a, b)
+        for g, w in zip(got if isinstance(got, tuple) else (got,),
+                        want if isinstance(want, tuple) else (want,)):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("form", ["replicate", "generate", "backpermute"])
+def test_matmul_gradients_through_blas_match_numpy(blas_always, form):
+    a, b = RNG.standard_normal((9, 7)), RNG.standard_normal((7, 8))
+    f = A.gradientA(getattr(linalg, "matmul_" + form), wrt=(0, 1))
+    c = A.compile(f)
+    da, db = c(a, b)
+    g = 2 * (a @ b)
+    np.testing.assert_allclose(da, g @ b.T, rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(db, a.T @ g, rtol=1e-11, atol=1e-11)
+    assert c.stats(a, b)["launches"].get("mm_serial", 0) + \
+        c.stats(a, b)["launches"].get("mm_parallel", 0) >= 3
+
+
+def test_blas_phase_factors_of_the_output_index(blas_always):
+    """softmax(s) @ v as ``p[i, k] / z[i] * v[k, j]``: ``1 / z[i]`` multiplies row i of
+    the product after its sum (and a factor of both output indices too)."""
+    p, v = RNG.random((6, 5)), RNG.standard_normal((5, 4))
+    z, w = RNG.random(6) + 1, RNG.standard_normal((6, 4))
+
+    def f(p, z, v, w):
+        m, k = p.shape
+        n = v.shape[1]
+        return A.sum(A.generate((m, n, k), lambda ix: p[ix[0], ix[2]] / z[ix[0]]
+                                * v[ix[2], ix[1]] * w[ix[0], ix[1]]))
+    args = (p, z, v, w)
+    assert any(contraction(s) is not None and len(contraction(s).post) == 2
+               for s in _folds(f, *args))
+    c = A.compile(f)
+    np.testing.assert_allclose(c(*args), (p / z[:, None]) @ v * w, rtol=1e-12, atol=1e-12)
+    assert any(k.startswith("mm_") for k in c.stats(*args)["launches"])
