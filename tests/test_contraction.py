@@ -226,3 +226,31 @@ def test_blas_phase_factors_of_the_output_index(blas_always):
     c = A.compile(f)
     np.testing.assert_allclose(c(*args), (p / z[:, None]) @ v * w, rtol=1e-12, atol=1e-12)
     assert any(k.startswith("mm_") for k in c.stats(*args)["launches"])
+
+
+def test_blas_phase_rows_at_fixed_positions(blas_always):
+    """``w[i, k] * xs[t, k]`` (an RNN's input at step t) and ``xs[t, s, k, i]``: leading
+    components at an index read from an array are an offset into the array."""
+    w, xs = RNG.standard_normal((6, 5)), RNG.standard_normal((4, 5))
+    x4 = RNG.standard_normal((3, 2, 5, 6))
+    t = np.array(2, dtype=np.int64)
+
+    def row(w, xs, t):
+        m, k = w.shape
+        return A.sum(A.generate((m, k), lambda ix: w[ix[0], ix[1]] * xs[A.the(t), ix[1]]))
+
+    def block(w, x4, t):  # out[j, i] = sum_k w[j, k] * x4[t, 1, k, i]
+        m, k = w.shape
+        n = x4.shape[3]
+        return A.sum(A.generate((m, n, k),
+                                lambda ix: w[ix[0], ix[2]] * x4[A.the(t), 1, ix[2], ix[1]]))
+
+    for f, args, ref in [(row, (w, xs, t), w @ xs[2]),
+                         (block, (w, x4, t), w @ x4[2, 1])]:
+        assert any(contraction(s) is not None for s in _folds(f, *args))
+        c = A.compile(f)
+        np.testing.assert_allclose(c(*args), ref, rtol=1e-12, atol=1e-12)
+        assert any(k.startswith("mm_") for k in c.stats(*args)["launches"])
+    # an index out of bounds: the fold's own phases run, and check when asked
+    with pytest.raises(A.OutOfBoundsError):
+        A.compile(row, check_bounds=True)(w, xs, np.array(9, dtype=np.int64))

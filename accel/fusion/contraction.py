@@ -5,7 +5,8 @@ After fusion a sum is a ``KFold`` whose source is a scalar function of the full 
 ``replicate`` + ``zip_with``, ``backpermute``, or reverse AD's gathered adjoints of
 those), a matrix product arrives here as the same thing: a ``+``-fold from zero whose
 source is a product of two *projected reads* (each index component of the array is one
-component of the fold's index, all distinct) and factors that do not depend on the
+component of the fold's index, all distinct, after leading components at fixed
+positions) and factors that do not depend on the
 index.  :func:`contraction` recognises that form and says which index component plays
 which part:
 
@@ -44,24 +45,27 @@ __all__ = ["Contraction", "contraction"]
 
 @dataclass(frozen=True)
 class Contraction:
-    """A fold recognised as ``out = scale * A . B`` (see the module docstring).
+    """A fold recognised as ``out = scale * post * A . B`` (see the module docstring).
 
-    ``a_axes``/``b_axes`` give, for each dimension of ``a``/``b``, the component of the
-    fold's index it is read at (``rank`` is the folded one, ``rank`` = the output's
-    rank); ``batch``, ``m``, ``n`` are output dimensions or None; ``scale`` is a tuple
-    of index-free scalar expressions whose product multiplies the sum, ``post`` a tuple of
-    functions of the fold's index (``src``'s parameter ``index``) that do not read the
-    folded component and multiply each element of the result.  It is that
-    product only where each ``(d, x)`` of ``guards`` holds on the whole domain (extent
-    ``d`` of the fold's index at most ``x``) and each array's dimensions equal the
-    extents of the index components it is read at: the backend checks both before
-    the call and runs the fold as it is otherwise."""
+    ``a_axes``/``b_axes`` give, for each dimension of ``a``/``b`` after the leading
+    ``a_fixed``/``b_fixed`` ones (read at those index-free positions: a row of a
+    matrix), the component of the fold's index it is read at (component ``rank``, the
+    output's rank, is the folded one).  ``batch``, ``m``, ``n`` are output dimensions
+    or None.  ``scale`` holds index-free scalar expressions whose product multiplies
+    the sum; ``post`` functions of the fold's index (``src``'s parameter ``index``)
+    that do not read the folded component and multiply each element of the result.
+    The fold is that product only where each ``(d, x)`` of ``guards`` holds on the
+    whole domain (extent ``d`` of the fold's index at most ``x``) and each array's
+    dimensions equal the extents of the index components it is read at: the backend
+    checks both before the call and runs the fold as it is otherwise."""
 
     index: N.Var
     a: N.Avar
     a_axes: tuple
+    a_fixed: tuple
     b: N.Avar
     b_axes: tuple
+    b_fixed: tuple
     batch: int | None
     m: int | None
     n: int | None
@@ -82,14 +86,14 @@ def contraction(s: KFold) -> Contraction | None:
     body = expand(s.src.body)
     if body is None:
         return None
-    body, guards = _unguarded(body, p)
     factors: list = []
-    if not _factors(body, p, rank, factors):
+    guards: list = []
+    if not _factors(body, p, rank, factors, guards):
         return None
     reads = [f for f in factors if not isinstance(f, (_Inv, _Post))]
     if len(reads) != 2:
         return None
-    (a, a_axes), (b, b_axes) = reads
+    (a, a_axes, a_fixed), (b, b_axes, b_fixed) = reads
     if a.type.elt != t or b.type.elt != t:
         return None
     sa, sb = set(a_axes), set(b_axes)
@@ -101,8 +105,8 @@ def contraction(s: KFold) -> Contraction | None:
         return None
     if batch and (batch[0] != 0 or a_axes[0] != 0 or b_axes[0] != 0):
         return None
-    return Contraction(p, a, tuple(a_axes), b, tuple(b_axes), batch[0] if batch else None,
-                       ms[0] if ms else None, ns[0] if ns else None,
+    return Contraction(p, a, tuple(a_axes), a_fixed, b, tuple(b_axes), b_fixed,
+                       batch[0] if batch else None, ms[0] if ms else None, ns[0] if ns else None,
                        tuple(f.e for f in factors if isinstance(f, _Inv)),
                        tuple(f.e for f in factors if isinstance(f, _Post)), tuple(guards))
 
@@ -123,10 +127,10 @@ class _Post:
 
 
 def _unguarded(e, p: N.Var):
-    """``(t, guards)`` for ``e = if p.d < x & ... then t else 0`` with index-free bounds
-    ``x`` (``guards``: the ``(d, x)``), or ``(e, [])``.  Reverse AD's gathers clip their
-    domain to the arrays they read and guard the reads so; where every guard holds on
-    the whole domain (the host checks it before the call) the fold is ``t``'s."""
+    """``(t, guards)`` for a factor ``e = if p.d < x & ... then t else 0`` with index-free
+    bounds ``x`` (``guards``: the ``(d, x)``), or ``(e, [])``.  Reverse AD's gathers clip
+    their domain to the arrays they read and guard the reads so; where every guard holds
+    on the whole domain (the host checks it before the call) the factor is ``t``."""
     if not (isinstance(e, N.Cond) and isinstance(e.e, N.Const) and e.e.value == 0):
         return e, []
     stack, guards = [e.c], []
@@ -142,41 +146,48 @@ def _unguarded(e, p: N.Var):
     return e.t, guards
 
 
-def _factors(e, p: N.Var, k: int, out: list) -> bool:
+def _factors(e, p: N.Var, k: int, out: list, guards: list) -> bool:
     """Append the factors of the product ``e`` to ``out`` (``_Inv``, ``_Post`` or
-    ``(array, axes)`` for a projected read); False if some factor is none of them."""
+    ``(array, axes)`` for a projected read) and the guards of guarded factors to
+    ``guards``; False if some factor is none of them."""
     if p.name not in free_vars(e):
         out.append(_Inv(e))
         return True
     if _without(e, p, k):
         out.append(_Post(e))
         return True
+    t, gs = _unguarded(e, p)
+    if gs:
+        guards.extend(gs)
+        return _factors(t, p, k, out, guards)
     if isinstance(e, N.PrimApp) and e.op == "mul":
-        return all(_factors(x, p, k, out) for x in e.args)
+        return all(_factors(x, p, k, out, guards) for x in e.args)
     if isinstance(e, N.PrimApp) and e.op == "neg":
         out.append(_Inv(N.Const(-1.0, e.type)))
-        return _factors(e.args[0], p, k, out)
+        return _factors(e.args[0], p, k, out, guards)
     if isinstance(e, N.PrimApp) and e.op == "add" and e.args[0] == e.args[1]:
         out.append(_Inv(N.Const(2.0, e.type)))
-        return _factors(e.args[0], p, k, out)
+        return _factors(e.args[0], p, k, out, guards)
     if isinstance(e, N.PrimApp) and e.op == "div" and _without(e.args[1], p, k):
         inv = N.PrimApp("div", (N.Const(1.0, e.type), e.args[1]))
         out.append(_Inv(inv) if p.name not in free_vars(e.args[1]) else _Post(inv))
-        return _factors(e.args[0], p, k, out)
+        return _factors(e.args[0], p, k, out, guards)
     if isinstance(e, N.Index) and isinstance(e.array, N.Avar) and e.index == p:
         if e.array.type.rank != k + 1:  # the identity read ``a ! index``
             return False
-        out.append((e.array, list(range(k + 1))))
+        out.append((e.array, list(range(k + 1)), ()))
         return True
     if isinstance(e, N.Index) and isinstance(e.array, N.Avar) and isinstance(e.index, N.Tuple):
+        items = e.index.items
+        j = 0  # leading components at fixed (index-free) positions: a row ``xs[t, ...]``
+        while j < len(items) and p.name not in free_vars(items[j]):
+            j += 1
         axes = []
-        for c in e.index.items:
+        for c in items[j:]:
             if not (isinstance(c, N.Prj) and c.tup == p) or c.index in axes:
                 return False
             axes.append(c.index)
-        if len(axes) != e.array.type.rank:
-            return False
-        out.append((e.array, axes))
+        out.append((e.array, axes, tuple(items[:j])))
         return True
     return False
 

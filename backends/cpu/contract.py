@@ -25,6 +25,7 @@ depend on the choice beyond floating-point reassociation.
 from __future__ import annotations
 
 from accel.ast import nodes as N
+from accel.ast.types import int64
 from accel.backends.numba.trees import flat
 from accel.fusion.contraction import Contraction
 from accel.fusion.kernels import KFold
@@ -52,8 +53,10 @@ def emit(g: KernelGen, s: KFold, c: Contraction, outs: list, dims: list, n: str)
     p, q, rows_from = roles(c, rank)
     xa, ya = (c.a, c.b) if rows_from == "a" else (c.b, c.a)
     xaxes, yaxes = (c.a_axes, c.b_axes) if rows_from == "a" else (c.b_axes, c.a_axes)
+    xfix, yfix = (c.a_fixed, c.b_fixed) if rows_from == "a" else (c.b_fixed, c.a_fixed)
     x, y = g.array(xa).leaves[0], g.array(ya).leaves[0]
     g.begin("mm")
+    x0, y0 = _offset(g, xa, xfix), _offset(g, ya, yfix)
     scale = None
     if c.scale:
         scale = flat(g.exp(_product(c.scale)))[0]
@@ -68,13 +71,13 @@ def emit(g: KernelGen, s: KFold, c: Contraction, outs: list, dims: list, n: str)
     g.emit(f"{r0} = {t} - {bt} * {P}")
     g.emit(f"{r1} = min({P}, {r0} + hi - {t})")
     # rows r0:r1 of the batch's (P, K) matrix X, as a contiguous array
-    xb = f"{bt} * {P} * {K}"
+    xb = f"{x0} + {bt} * {P} * {K}"
     if [a for a in xaxes if a != c.batch] == [p, rank]:  # laid out (P, K): rows are a slice
         g.emit(f"{X} = {x}[{xb} + {r0} * {K}:{xb} + {r1} * {K}].reshape(({r1} - {r0}, {K}))")
     else:  # laid out (K, P): a copy of the columns
         g.emit(f"{X} = np.ascontiguousarray({x}[{xb}:{xb} + {K} * {P}].reshape(({K}, {P}))"
                f"[:, {r0}:{r1}].T)")
-    yb = f"{bt} * {K} * {Q}"
+    yb = f"{y0} + {bt} * {K} * {Q}"
     ylay = [a for a in yaxes if a != c.batch]
     if q is None or ylay == [rank, q]:  # (K, Q)
         g.emit(f"{Y} = {y}[{yb}:{yb} + {K} * {Q}].reshape(({K}, {Q}))")
@@ -111,9 +114,12 @@ def usable(c: Contraction, shape: tuple, n: int, ev) -> int | None:
     """The number of ``mm`` tasks if BLAS computes the fold for these extents (see the
     module docstring), else None."""
     ext = tuple(shape) + (n,)
-    for arr, axes in ((c.a, c.a_axes), (c.b, c.b_axes)):
-        if tuple(int(d) for d in ev(N.Shape(arr))) != tuple(ext[a] for a in axes):
+    for arr, axes, fixed in ((c.a, c.a_axes, c.a_fixed), (c.b, c.b_axes, c.b_fixed)):
+        dims = tuple(int(d) for d in ev(N.Shape(arr)))
+        if dims[len(fixed):] != tuple(ext[a] for a in axes):
             return None
+        if not all(0 <= int(ev(f)) < d for f, d in zip(fixed, dims)):
+            return None  # the fold's own phases read (and check, if asked) out of bounds
     for d, x in c.guards:
         if ext[d] > int(ev(x)):
             return None
@@ -123,6 +129,18 @@ def usable(c: Contraction, shape: tuple, n: int, ev) -> int | None:
     if work < MM_MIN_WORK or n < MM_MIN_K:
         return None
     return batches * ext[p]
+
+
+def _offset(g: KernelGen, arr: N.Avar, fixed: tuple) -> str:
+    """The flat offset of the sub-array of ``arr`` at the leading indices ``fixed``."""
+    if not fixed:
+        return "0"
+    dims = g.array(arr).dims
+    lin = flat(g.exp(fixed[0]))[0]
+    for f, d in zip(fixed[1:], dims[1:]):
+        lin = f"({lin}) * {d} + {flat(g.exp(f))[0]}"
+    size = " * ".join(dims[len(fixed):]) or "1"
+    return g.assign(int64, f"np.int64({lin}) * {size}")
 
 
 def _product(factors: tuple) -> N.Exp:
