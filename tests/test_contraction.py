@@ -62,9 +62,6 @@ def test_other_folds_are_not_contractions():
     not_products = [
         # row norms: both reads at (i, k): no row or column index of a product
         lambda a: A.sum(A.map(lambda v: v * v, a)),
-        # a product with a shifted read
-        lambda a: A.sum(A.generate((n, n - 1, k - 1),
-                                   lambda ix: a[ix[0], ix[2]] * a[ix[1] + 1, ix[2] + 1])),
         # a maximum, not a sum
         lambda a: A.maximum(A.generate((n, n, k), lambda ix: a[ix[0], ix[2]] * a[ix[1], ix[2]])),
         # three reads
@@ -254,3 +251,49 @@ def test_blas_phase_rows_at_fixed_positions(blas_always):
     # an index out of bounds: the fold's own phases run, and check when asked
     with pytest.raises(A.OutOfBoundsError):
         A.compile(row, check_bounds=True)(w, xs, np.array(9, dtype=np.int64))
+
+
+def test_elementwise_operands_are_materialised(blas_always):
+    """``sum_k tanh(h[i, k] + b[k]) * w[j, k]`` (a dense layer after an activation):
+    fusion inlines the activation into the sum; ``materialise_operands`` computes it
+    once per (i, k) in a generate of its own and the sum becomes a matrix product, on
+    every kernel backend."""
+    h, bias, w = RNG.standard_normal((7, 5)), RNG.standard_normal(5), RNG.standard_normal((4, 5))
+
+    def layer(h, bias, w):
+        n, k = h.shape
+        o = w.shape[0]
+        return A.sum(A.generate((n, o, k), lambda ix: A.tanh(h[ix[0], ix[2]] + bias[ix[2]])
+                                * (2.0 * w[ix[1], ix[2]]) * w[ix[1], ix[2]]))
+    args = (h, bias, w)
+    sig = tuple(arg_type(a, i) for i, a in enumerate(args))
+    kp = fuse(optimise(trace_program(layer, sig)))
+    folds = [s for s in kp.body.steps if isinstance(s, KFold)]
+    assert len(folds) == 1 and contraction(folds[0]) is not None
+    assert len(kp.body.steps) == 3  # the two operands' generates and the fold
+    want = np.tanh(h + bias) @ (2 * w * w).T
+    for backend in ("fused", "cpu"):
+        np.testing.assert_allclose(A.run(layer, *args, backend=backend), want,
+                                   rtol=1e-12, atol=1e-12)
+    c = A.compile(layer)
+    c(*args)
+    assert any(k.startswith("mm_") for k in c.stats(*args)["launches"])
+    np.testing.assert_allclose(A.run(A.gradientA(lambda h, bias, w: A.sum_all(layer(h, bias, w)),
+                                                 wrt=(0, 1, 2)), *args, backend="cpu")[2],
+                               A.run(A.gradientA(lambda h, bias, w: A.sum_all(layer(h, bias, w)),
+                                                 wrt=(0, 1, 2)), *args,
+                                     backend="interpreter")[2], rtol=1e-11, atol=1e-11)
+
+
+def test_a_shifted_operand_is_copied_then_multiplied(blas_always):
+    """``sum_k a[i, k] * b[j + 1, k]``: the shifted read is an operand of its own (a
+    generate over (j, k)), then a product."""
+    a, b = RNG.standard_normal((6, 5)), RNG.standard_normal((5, 5))
+
+    def f(a, b):
+        n, k = a.shape
+        return A.sum(A.generate((n, b.shape[0] - 1, k),
+                                lambda ix: a[ix[0], ix[2]] * b[ix[1] + 1, ix[2]]))
+    c = A.compile(f)
+    np.testing.assert_allclose(c(a, b), a @ b[1:].T, rtol=1e-12, atol=1e-12)
+    assert any(k.startswith("mm_") for k in c.stats(a, b)["launches"])

@@ -35,12 +35,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ast import nodes as N
-from ..ast.traverse import children, free_vars
-from ..ast.types import Scalar
-from .kernels import KFold
-from .reductions import expand, is_sum
+from ..ast.traverse import children, free_vars, map_children
+from ..ast.types import ArrayT, Scalar, shape_type
+from .kernels import KBlock, KFold, KGenerate, map_blocks
+from .reductions import dim, expand, is_sum
 
-__all__ = ["Contraction", "contraction"]
+__all__ = ["Contraction", "contraction", "materialise_operands", "product"]
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,8 @@ def contraction(s: KFold) -> Contraction | None:
     reads = [f for f in factors if not isinstance(f, (_Inv, _Post))]
     if len(reads) != 2:
         return None
-    (a, a_axes, a_fixed), (b, b_axes, b_fixed) = reads
+    (a, a_axes, a_fixed, _), (b, b_axes, b_fixed, _) = (
+        (r.array, r.axes, r.fixed, r.e) for r in reads)
     if a.type.elt != t or b.type.elt != t:
         return None
     sa, sb = set(a_axes), set(b_axes)
@@ -111,9 +112,132 @@ def contraction(s: KFold) -> Contraction | None:
                        tuple(f.e for f in factors if isinstance(f, _Post)), tuple(guards))
 
 
+def materialise_operands(blk: KBlock) -> KBlock:
+    """``blk`` with the operands of matrix products materialised where fusion inlined
+    them: a ``+``-fold whose source is a product of two groups of factors, each a
+    function of its own subset of the index (both with the folded component), becomes a
+    ``KGenerate`` of each group that is not already a projected read, over that subset,
+    and a fold of their reads, which :func:`contraction` recognises.  An MLP's
+    ``sum_k tanh(h[i, k] + b[k]) * w[j, k]`` is the typical case.  Besides making the
+    product a BLAS call, this evaluates the group once per point of its subset instead
+    of once per point of the whole domain (``tanh`` once per (i, k), not per (i, j, k)).
+    Products under guards are left alone: the guard may be what keeps a read in
+    bounds."""
+    steps: list = []
+    changed = False
+    for s in blk.steps:
+        new = map_blocks(s, materialise_operands)
+        if isinstance(new, KFold) and contraction(new) is None:
+            hoisted = _hoisted(new)
+            if hoisted is not None:
+                steps.extend(hoisted)
+                changed = True
+                continue
+        changed |= new is not s
+        steps.append(new)
+    return KBlock(tuple(steps), blk.result) if changed else blk
+
+
+def _hoisted(s: KFold):
+    """``[generates..., fold]`` for :func:`materialise_operands`, or None."""
+    t = s.out.type.elt
+    if not (is_sum(s) and isinstance(t, Scalar) and t.is_float):
+        return None
+    p = s.src.params[0]
+    rank = len(p.type.items) - 1
+    body = expand(s.src.body)
+    if body is None:
+        return None
+    factors: list = []
+    guards: list = []
+    if not _factors(body, p, rank, factors, guards, others=True) or guards:
+        return None
+    groups: dict = {}  # the index components a group reads -> its factors
+    rest = []
+    for f in factors:
+        if isinstance(f, (_Inv, _Post)):
+            rest.append(f.e)
+            continue
+        used = set(f.axes) if isinstance(f, _Read) else _components(f.e, p)
+        if used is None or rank not in used:
+            return None
+        groups.setdefault(frozenset(used), []).append(f)
+    if len(groups) != 2 or all(len(g) == 1 and isinstance(g[0], _Read)
+                               for g in groups.values()):
+        return None
+    steps, operands = [], []
+    for used, group in groups.items():
+        if len(group) == 1 and isinstance(group[0], _Read):
+            operands.append(group[0].e)
+            continue
+        comps = sorted(used)
+        extents = tuple(s.n if c == rank else dim(s.shape, c) for c in comps)
+        q = N.Var(N.fresh("i"), shape_type(len(comps)))
+        elt = product(tuple(_reindexed(f.e, p, q, comps) for f in group))
+        arr = N.Avar(N.fresh("a"), ArrayT(t, len(comps)))
+        steps.append(KGenerate((arr,), N.Tuple(extents), N.Lam((q,), elt)))
+        operands.append(N.Index(arr, N.Tuple(tuple(N.Prj(c, p) for c in comps))))
+    fold = KFold(s.out, s.shape, s.n, s.f, s.z,
+                 N.Lam((p,), product(tuple(rest) + tuple(operands))))
+    return steps + [fold] if contraction(fold) is not None else None
+
+
+def _components(e, p: N.Var):
+    """The components of index ``p`` that ``e`` reads, or None if it uses ``p`` whole."""
+    used: set = set()
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if p.name not in free_vars(x):
+            continue
+        if isinstance(x, N.Prj) and x.tup == p:
+            used.add(x.index)
+        elif x == p:
+            return None
+        else:
+            stack.extend(children(x))
+    return used
+
+
+def _reindexed(e, p: N.Var, q: N.Var, comps: list):
+    """``e`` with component ``comps[j]`` of ``p`` read as component ``j`` of ``q``."""
+    where = {c: j for j, c in enumerate(comps)}
+
+    def go(x):
+        if isinstance(x, N.Prj) and x.tup == p:
+            return N.Prj(where[x.index], q)
+        return map_children(x, go) if isinstance(x, N.Node) else x
+    return go(e)
+
+
+def product(factors: tuple) -> N.Exp:
+    """``f0 * f1 * ...``"""
+    e = factors[0]
+    for f in factors[1:]:
+        e = N.PrimApp("mul", (e, f))
+    return e
+
+
 @dataclass(frozen=True)
 class _Inv:
     """An index-free factor."""
+
+    e: N.Exp
+
+
+@dataclass(frozen=True)
+class _Read:
+    """A projected read ``e`` of ``array`` (see ``Contraction``)."""
+
+    array: N.Avar
+    axes: tuple
+    fixed: tuple
+    e: N.Exp
+
+
+@dataclass(frozen=True)
+class _Other:
+    """Any other factor that reads the folded component."""
 
     e: N.Exp
 
@@ -146,10 +270,14 @@ def _unguarded(e, p: N.Var):
     return e.t, guards
 
 
-def _factors(e, p: N.Var, k: int, out: list, guards: list) -> bool:
-    """Append the factors of the product ``e`` to ``out`` (``_Inv``, ``_Post`` or
-    ``(array, axes)`` for a projected read) and the guards of guarded factors to
-    ``guards``; False if some factor is none of them."""
+def _factors(e, p: N.Var, k: int, out: list, guards: list, others: bool = False) -> bool:
+    """Append the factors of the product ``e`` to ``out`` (``_Inv``, ``_Post``,
+    ``_Read`` for a projected read and, when ``others``, ``_Other`` for anything else)
+    and the guards of guarded factors to ``guards``; False if some factor is none of
+    them."""
+    def go(x):
+        return _factors(x, p, k, out, guards, others)
+
     if p.name not in free_vars(e):
         out.append(_Inv(e))
         return True
@@ -159,37 +287,48 @@ def _factors(e, p: N.Var, k: int, out: list, guards: list) -> bool:
     t, gs = _unguarded(e, p)
     if gs:
         guards.extend(gs)
-        return _factors(t, p, k, out, guards)
+        return go(t)
     if isinstance(e, N.PrimApp) and e.op == "mul":
-        return all(_factors(x, p, k, out, guards) for x in e.args)
+        return all(go(x) for x in e.args)
     if isinstance(e, N.PrimApp) and e.op == "neg":
         out.append(_Inv(N.Const(-1.0, e.type)))
-        return _factors(e.args[0], p, k, out, guards)
+        return go(e.args[0])
     if isinstance(e, N.PrimApp) and e.op == "add" and e.args[0] == e.args[1]:
         out.append(_Inv(N.Const(2.0, e.type)))
-        return _factors(e.args[0], p, k, out, guards)
+        return go(e.args[0])
     if isinstance(e, N.PrimApp) and e.op == "div" and _without(e.args[1], p, k):
         inv = N.PrimApp("div", (N.Const(1.0, e.type), e.args[1]))
         out.append(_Inv(inv) if p.name not in free_vars(e.args[1]) else _Post(inv))
-        return _factors(e.args[0], p, k, out, guards)
-    if isinstance(e, N.Index) and isinstance(e.array, N.Avar) and e.index == p:
-        if e.array.type.rank != k + 1:  # the identity read ``a ! index``
-            return False
-        out.append((e.array, list(range(k + 1)), ()))
+        return go(e.args[0])
+    read = _read(e, p, k)
+    if read is not None:
+        out.append(read)
         return True
-    if isinstance(e, N.Index) and isinstance(e.array, N.Avar) and isinstance(e.index, N.Tuple):
-        items = e.index.items
-        j = 0  # leading components at fixed (index-free) positions: a row ``xs[t, ...]``
-        while j < len(items) and p.name not in free_vars(items[j]):
-            j += 1
-        axes = []
-        for c in items[j:]:
-            if not (isinstance(c, N.Prj) and c.tup == p) or c.index in axes:
-                return False
-            axes.append(c.index)
-        out.append((e.array, axes, tuple(items[:j])))
-        return True
-    return False
+    if others:
+        out.append(_Other(e))
+    return others
+
+
+def _read(e, p: N.Var, k: int):
+    """``e`` as a ``_Read`` if it is a projected read (after leading index-free
+    components), else None."""
+    if not (isinstance(e, N.Index) and isinstance(e.array, N.Avar)):
+        return None
+    if e.index == p:  # the identity read ``a ! index``
+        return _Read(e.array, tuple(range(k + 1)), (), e) if e.array.type.rank == k + 1 \
+            else None
+    if not isinstance(e.index, N.Tuple):
+        return None
+    items = e.index.items
+    j = 0  # leading components at fixed (index-free) positions: a row ``xs[t, ...]``
+    while j < len(items) and p.name not in free_vars(items[j]):
+        j += 1
+    axes: list = []
+    for c in items[j:]:
+        if not (isinstance(c, N.Prj) and c.tup == p) or c.index in axes:
+            return None
+        axes.append(c.index)
+    return _Read(e.array, tuple(axes), tuple(items[:j]), e)
 
 
 def _without(e, p: N.Var, k: int) -> bool:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from accel.ast import nodes as N
 from accel.ast.types import int64
 from accel.backends.numba.trees import flat
-from accel.fusion.contraction import Contraction
+from accel.fusion.contraction import Contraction, product
 from accel.fusion.kernels import KFold
 
 from .emitter import KernelGen
@@ -59,7 +59,7 @@ def emit(g: KernelGen, s: KFold, c: Contraction, outs: list, dims: list, n: str)
     x0, y0 = _offset(g, xa, xfix), _offset(g, ya, yfix)
     scale = None
     if c.scale:
-        scale = flat(g.exp(_product(c.scale)))[0]
+        scale = flat(g.exp(product(c.scale)))[0]
     P, K = dims[p], n
     Q = dims[q] if q is not None else "1"
     t, bt, r0, r1 = g.fresh("t"), g.fresh("bt"), g.fresh("r0"), g.fresh("r1")
@@ -103,7 +103,7 @@ def emit(g: KernelGen, s: KFold, c: Contraction, outs: list, dims: list, n: str)
             at[q] = cc
         if c.batch is not None:
             at[c.batch] = bt
-        v = flat(g.apply(N.Lam((c.index,), _product(c.post)), (tuple(at),)))[0]
+        v = flat(g.apply(N.Lam((c.index,), product(c.post)), (tuple(at),)))[0]
         g.emit(f"{out}[{rr} - {r0}, {cc}] *= {v}")
         g.ind -= 2
     g.emit(f"{t} += {r1} - {r0}")
@@ -141,10 +141,3 @@ def _offset(g: KernelGen, arr: N.Avar, fixed: tuple) -> str:
         lin = f"({lin}) * {d} + {flat(g.exp(f))[0]}"
     size = " * ".join(dims[len(fixed):]) or "1"
     return g.assign(int64, f"np.int64({lin}) * {size}")
-
-
-def _product(factors: tuple) -> N.Exp:
-    e = factors[0]
-    for f in factors[1:]:
-        e = N.PrimApp("mul", (e, f))
-    return e
