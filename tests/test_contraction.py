@@ -16,7 +16,7 @@ import accel as A
 import accel.backends.cpu.contract as contract_phase
 from accel.fusion.contraction import contraction
 from accel.fusion.fuse import fuse
-from accel.fusion.kernels import KFold, sub_blocks
+from accel.fusion.kernels import KFold, KGenerate, sub_blocks
 from accel.pipeline import arg_type, optimise, trace_program
 
 from benchmarks.corpus import linalg, nn
@@ -297,3 +297,51 @@ def test_a_shifted_operand_is_copied_then_multiplied(blas_always):
     c = A.compile(f)
     np.testing.assert_allclose(c(a, b), a @ b[1:].T, rtol=1e-12, atol=1e-12)
     assert any(k.startswith("mm_") for k in c.stats(a, b)["launches"])
+
+
+def _kernel_program(f, *args):
+    sig = tuple(arg_type(a, i) for i, a in enumerate(args))
+    return fuse(optimise(trace_program(f, sig)))
+
+
+def test_broadcast_generates_are_stored_narrow():
+    """A materialised generate that ignores part of its index (``narrow_broadcasts``) is
+    computed over the rest, and its readers drop those components; a returned one keeps
+    its shape."""
+    x, y = RNG.standard_normal(5), RNG.standard_normal((5, 4))
+
+    def f(x, y):
+        n, m = y.shape
+        b = A.generate((n, m), lambda ix: A.exp(A.sin(x[ix[0]])) * A.cos(x[ix[0]]))
+        return (A.sum(A.zip_with(lambda u, v: u * v, b, y)),
+                A.sum(A.zip_with(lambda u, v: u + v, b, y)))
+
+    def g(x, y):
+        n, m = y.shape
+        b = A.generate((n, m), lambda ix: A.exp(A.sin(x[ix[0]])) * A.cos(x[ix[0]]))
+        return b, A.sum(A.zip_with(lambda u, v: u * v, b, y))
+
+    kp = _kernel_program(f, x, y)
+    gens = [s for s in kp.body.steps if isinstance(s, KGenerate)]
+    assert gens and all(o.type.rank == 1 for s in gens for o in s.outs)
+    kg = _kernel_program(g, x, y)
+    assert any(o.type.rank == 2 for s in kg.body.steps if isinstance(s, KGenerate)
+               for o in s.outs)
+    for prog in (f, g):
+        want = A.run(prog, x, y, backend="interpreter")
+        for backend in ("fused", "cpu"):
+            for w, got in zip(want, A.run(prog, x, y, backend=backend)):
+                np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-12)
+
+
+def test_attention_gradient_keeps_no_array_over_the_whole_domain():
+    """Softmax attention written with ``generate``: the gradient's contributions over
+    the (T, T, d) domain are neither kept as one wide tuple array (``simplify.split``
+    weighs their write and read traffic) nor as a broadcast of the scores' adjoint
+    (``narrow_broadcasts``); every product in it is a contraction."""
+    q, k, v = (RNG.standard_normal((6, 3)) for _ in range(3))
+    kp = _kernel_program(A.gradientA(nn.attention_generate, wrt=(0, 1, 2)), q, k, v)
+    ranks = [o.type.rank for s in kp.body.steps if isinstance(s, KGenerate) for o in s.outs]
+    assert max(ranks) <= 2
+    folds = [s for s in kp.body.steps if isinstance(s, KFold)]
+    assert sum(contraction(s) is not None for s in folds) == 6

@@ -40,7 +40,7 @@ from ..ast.types import ArrayT, Scalar, shape_type
 from .kernels import KBlock, KFold, KGenerate, map_blocks
 from .reductions import dim, expand, is_sum
 
-__all__ = ["Contraction", "contraction", "materialise_operands", "product"]
+__all__ = ["Contraction", "components", "contraction", "materialise_operands", "product"]
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ def _hoisted(s: KFold):
         if isinstance(f, (_Inv, _Post)):
             rest.append(f.e)
             continue
-        used = set(f.axes) if isinstance(f, _Read) else _components(f.e, p)
+        used = set(f.axes) if isinstance(f, _Read) else components(f.e, p)
         if used is None or rank not in used:
             return None
         groups.setdefault(frozenset(used), []).append(f)
@@ -182,7 +182,7 @@ def _hoisted(s: KFold):
     return steps + [fold] if contraction(fold) is not None else None
 
 
-def _components(e, p: N.Var):
+def components(e, p: N.Var):
     """The components of index ``p`` that ``e`` reads, or None if it uses ``p`` whole."""
     used: set = set()
     stack = [e]

@@ -28,6 +28,7 @@ from ..simplify.rounds import tidy
 from .kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate, KPermute, KScan,
                       KUse, map_blocks)
 from .materialised import read_materialised
+from .broadcasts import narrow_broadcasts
 from .contraction import materialise_operands
 from .reductions import rewrite_reductions
 from .inplace import mark_inplace
@@ -373,7 +374,7 @@ def fuse(prog: N.Program) -> KernelProgram:
         uses = Uses()
         uses.block(blk)
         body = read_materialised(rewrite_reductions(tidy_block(Fuser(uses).block(blk))))
-        body = materialise_operands(body)
+        body = materialise_operands(narrow_broadcasts(body))
         return mark_inplace(KernelProgram(tuple(prog.params), body, prog.type))
 
 

@@ -2,8 +2,13 @@
 becomes one array per projected component.
 
 Invariant: the split happens only when every use of the array is a projecting ``Map``
-or ``shape``, and when the components' functions together cost at most ``SPLIT_COST``
-more than the whole function (``accel.ast.cost``), so no significant work is redone.
+or ``shape``, and when the work the components' functions redo (their cost together
+minus the whole function's, ``accel.ast.cost``) is at most ``SPLIT_COST`` or, if more,
+what the whole array would cost in element writes and reads (each scalar leaf written
+once, each use's component read): a wide tuple array of AD's contributions (an adjoint with a
+value, an index and a flag per read) costs more to write and read back than a few
+operations redone per component (softmax attention written with ``generate``: the
+gradient's (T, T, d) array of contributions, 11 leaves an element, was 290 MB).
 Why: AD pairs an adjoint with its contributions per element; fusion would materialise
 the whole tuple array (several consumers read it), while each component alone is read
 once and fuses into its consumer.
@@ -14,14 +19,27 @@ from __future__ import annotations
 from ..ast.cost import cost
 from ..ast.nodes import Alet, Avar, Generate, Map, Prj, Program, Shape, ZipWith, fresh
 from ..ast.traverse import LEAVES, freshen, rebuild, with_fields
+from ..ast.types import leaves
 from .base import wrap_lets
 from .rename import simplifier_pass
 from .rounds import tidy
 from .uses import Uses, element_path
 
 #: An array of tuples is split (see ``ElementSplit``) when its components' functions together
-#: cost at most this much more than the whole function (work they would both redo).
+#: cost at most this much more than the whole function (or than the array's traffic).
 SPLIT_COST = 4
+
+
+def _traffic(elt, paths) -> int:
+    """What the whole array of tuples costs in element reads and writes (``cost``'s
+    unit): every scalar leaf written once, and each use's component read."""
+    n = len(leaves(elt))
+    for path in paths:
+        t = elt
+        for i in path:
+            t = t.items[i]
+        n += len(leaves(t))
+    return n
 
 
 class ElementSplit:
@@ -65,8 +83,9 @@ class ElementSplit:
             for i in path:  # (not a Map over a copy of it, which CSE would merge)
                 body = Prj(i, body)
             out[path] = tidy(freshen(with_fields(b.f, body=body)))  # unique binders
-        if len(out) > 1 and sum(map(cost, out.values())) - cost(b.f) > SPLIT_COST:
-            return None  # the components share too much work
+        redone = sum(map(cost, out.values())) - cost(b.f)
+        if len(out) > 1 and redone > max(SPLIT_COST, _traffic(b.type.elt, paths)):
+            return None  # the components share more work than the whole array's traffic
         return {path: with_fields(b, f=f) for path, f in out.items()}
 
     def chain(self, n):
