@@ -1,5 +1,5 @@
-"""Element loops of the cpu backend: the vectorizable ``exp`` and ``log`` (``mathlib``) and
-the tiles of rank >= 2 generates."""
+"""Element loops of the cpu backend: the vectorizable ``exp``, ``log`` and ``tanh``
+(``mathlib``) and the tiles of rank >= 2 generates."""
 
 from __future__ import annotations
 
@@ -104,11 +104,48 @@ def test_log_float32_rounds_the_float64_result():
     np.testing.assert_array_equal(got[~finite], want[~finite])
 
 
+def _tanh_arguments():
+    rng = np.random.default_rng(11)
+    edges = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e-300, 1e-16, 19.0,
+             19.06, 20.0, 20.5, 30.0, -30.0, 1e308, -1e308]
+    # n ln2 / 2 +- a little: where the range reduction of 2|x| switches n
+    steps = np.arange(1, 60) * np.log(2.0) / 2
+    mags = [rng.normal(0, s, 20000) for s in (1e-12, 1e-6, 1e-3, 0.1, 0.5, 1, 3, 10)]
+    return np.concatenate([edges, *mags, steps, np.nextafter(steps, 0), -steps])
+
+
+def test_tanh_is_within_a_few_ulps_with_the_same_specials():
+    x = _tanh_arguments()
+    got = prepare_kernels(unary_prog("tanh", float64))([x])
+    want = np.tanh(x)
+    finite = np.isfinite(x) & (want != 0)
+    exact = np.tanh(x.astype(np.longdouble))
+    err = np.abs(got[finite].astype(np.longdouble) - exact[finite]) / np.spacing(
+        np.abs(want[finite]))
+    if np.finfo(np.longdouble).nmant > 52:
+        assert float(err.max()) < 2.5  # measured 2.26 (NumPy's libm: 1.19)
+    assert _ulps(got[finite], want[finite]).max() <= 4.0
+    np.testing.assert_array_equal(got[~finite], want[~finite])  # +-0, +-inf, NaN
+    assert np.signbit(got[1]) and not np.signbit(got[0])
+    assert np.all(np.abs(got[np.isfinite(x)]) <= 1.0)
+
+
+def test_tanh_float32_rounds_the_float64_result():
+    x = _tanh_arguments()
+    x = x[~(np.abs(x) > 1e30)].astype(np.float32)
+    got = prepare_kernels(unary_prog("tanh", float32))([x])
+    assert got.dtype == np.float32
+    want = np.tanh(x.astype(np.float64)).astype(np.float32)
+    finite = np.isfinite(want) & (want != 0)
+    assert _ulps(got[finite], want[finite]).max() <= 1.0
+    np.testing.assert_array_equal(got[~finite], want[~finite])
+
+
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 assembly")
-@pytest.mark.parametrize("op", ["exp", "log"])
+@pytest.mark.parametrize("op", ["exp", "log", "tanh"])
 def test_exp_and_log_loops_compile_to_vector_code_without_libm_calls(op):
-    """Guards the point of ``mathlib``: with numba's ``np.exp`` or ``np.log`` (a libm call
-    per element) such a loop is never vectorized."""
+    """Guards the point of ``mathlib``: with numba's ``np.exp``, ``np.log`` or ``np.tanh``
+    (a libm call per element) such a loop is never vectorized."""
     runner = prepare_kernels(unary_prog(op, float64))
     x = np.linspace(0.5, 5, 1000)
     runner([x])

@@ -96,7 +96,7 @@ class KernelGen(ScalarEmitter):
     # ---- the CPU's math library
 
     def math_prim(self, op: str, args: list, t0: Scalar, rt: Scalar) -> str | None:
-        if op in ("exp", "log"):  # mathlib: vectorizable, unlike libm's
+        if op in ("exp", "log", "tanh"):  # mathlib: vectorizable, unlike libm's
             if t0.name == "float64":
                 return self.assign(rt, f"_{op}({args[0]})")
             return self.assign(rt, cast(rt, f"_{op}(np.float64({args[0]}))"))

@@ -123,7 +123,7 @@ def emit(s: KFold, check: bool):
 
 
 def _calls_mathlib(e) -> bool:
-    """Whether ``e`` applies ``exp`` or ``log`` (``mathlib``: fast only when vectorized;
+    """Whether ``e`` applies ``exp``, ``log`` or ``tanh`` (``mathlib``: fast only when vectorized;
     a scalar call is slower than libm's)."""
     stack, seen = [e], set()
     while stack:
@@ -131,7 +131,7 @@ def _calls_mathlib(e) -> bool:
         if id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, N.PrimApp) and x.op in ("exp", "log"):
+        if isinstance(x, N.PrimApp) and x.op in ("exp", "log", "tanh"):
             return True
         stack.extend(children(x))
     return False
