@@ -35,9 +35,11 @@ Design in brief (details in the modules' docstrings):
   instead of two; no other fast-math licence); primitives follow ``accel.ast.prims``
   exactly (floored integer ``//``/``%`` with 0 for a zero divisor, NumPy's float floor
   division and remainder, integer powers with negative exponents, truncating
-  conversions with nan -> 0; ``exp`` within 1 ulp of NumPy's, by a vectorizable
-  polynomial, ``mathlib``).  LLVM's SLP vectorizer is on for these kernels only
-  (``vectorize``).
+  conversions with nan -> 0; ``exp`` and ``log`` within 1 ulp of NumPy's and ``tanh``
+  within 2.3 ulp of the true value, by vectorizable polynomials, ``mathlib``).  LLVM's
+  SLP vectorizer is on for these kernels only (``vectorize``).
+* Folds that are matrix products (``accel.fusion.contraction``) call BLAS on chunks of
+  rows (``contract``).
 * Folds: parallel over rows, in blocks of up to 16 adjacent rows (independent
   accumulators, SLP-vectorized; sums of outer products also 2 rows of the dimension
   before the last, sharing their loads);
