@@ -56,12 +56,15 @@ def _as_tuple(g):
     return g if isinstance(g, tuple) else (g,)
 
 
-def measure_jax(jax, prog, args, repeat):
+def measure_jax(jax, prog, args, repeat, size=None):
     """{formulation: (grad s, primal s, first grad s, gradient tuple)} for every JAX
-    formulation of ``prog``."""
+    formulation of ``prog`` (but those ``prog.jax_skip`` names for ``size``)."""
     jargs = [jax.numpy.asarray(a) for a in args]
     out = {}
+    skip = prog.jax_skip.get(size, ())
     for name, f in prog.jax.items():
+        if name in skip:
+            continue
         jf = jax.jit(f)
         jg = jax.jit(jax.grad(f, argnums=prog.wrt))
         first, tg, g = best_of(lambda: jax.block_until_ready(jg(*jargs)), repeat)
@@ -95,7 +98,7 @@ def measure_program(prog, size, repeat, backend, jax=None, torch=None, log=print
     """One row (a dict) per accel formulation of ``prog`` (only the first, natural one
     with ``natural_only``)."""
     args = prog.args(size)
-    jres = measure_jax(jax, prog, args, repeat) if jax is not None and prog.jax else {}
+    jres = measure_jax(jax, prog, args, repeat, size) if jax is not None and prog.jax else {}
     jbest = min(jres, key=lambda k: jres[k][0]) if jres else None
     tres = measure_torch(torch, prog, args, repeat) if torch is not None and prog.torch else {}
     tbest = min(tres, key=lambda k: tres[k][0]) if tres else None

@@ -39,6 +39,7 @@ class Program:
     reference: Callable
     torch: dict = field(default_factory=dict)
     note: str = ""
+    jax_skip: dict = field(default_factory=dict)  # size -> JAX formulations not run there
 
     def args(self, size: str, seed: int = 0) -> tuple:
         if size not in SIZES:
