@@ -28,12 +28,13 @@ from accel.ast.types import TupleT, leaves
 from accel.backends.numba.host import shape_of, size_of
 from accel.backends.numba.kernelgen import at, out_names
 from accel.backends.numba.literals import CAST
-from accel.backends.numba.trees import rebuild
+from accel.backends.numba.trees import flat, rebuild
 from accel.errors import ShapeError
 from accel.fusion.contraction import contraction
 from accel.fusion.kernels import KFold
 
 from . import contract
+from .unravel import counted
 from .emitter import (PAR_TASKS_PER_THREAD, KernelGen, chunk_task, count_ops, increment,
                       row_counter, work_bufs)
 from .plan import Launch, dtypes, inner_length
@@ -91,10 +92,37 @@ def emit(s: KFold, check: bool):
     if buffered:
         _fold_buffered(g, s, acc, ix, st, hi, buf)
     else:
+        unravelled = counted(s.src, len(dims))
+        if unravelled is not None:  # j // c and j % c by counters (``unravel``)
+            body, divs = unravelled
+            ds = [flat(g.exp(d))[0] for d, _, _ in divs]
+            g.emit(f"if {' and '.join(f'{d} > 0' for d in ds)}:")
+            g.ind += 1
+            olds = []
+            for d, (_, q, rv) in zip(ds, divs):
+                qa, ra = g.fresh("q"), g.fresh("r")
+                g.emit(f"{qa} = {st} // {d}")
+                g.emit(f"{ra} = {st} - {qa} * {d}")
+                olds += [g.bind(q, qa), g.bind(rv, ra)]
+            g.loop(j, f"range({st}, {hi})")
+            x = g.apply(N.Lam(s.src.params, body), (tuple(ix + [j]),))
+            g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
+            for d, (_, q, rv) in zip(ds, divs):
+                qa, ra = g.env[q.name], g.env[rv.name]
+                g.emit(f"{ra} += 1")
+                g.emit(f"if {ra} == {d}:")
+                g.emit(f"    {ra} = 0")
+                g.emit(f"    {qa} += 1")
+            g.unbind(olds)
+            g.ind -= 2
+            g.emit("else:")
+            g.ind += 1
         g.loop(j, f"range({st}, {hi})")
         x = g.apply(s.src, (tuple(ix + [j]),))
         g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
         g.ind -= 1
+        if unravelled is not None:
+            g.ind -= 1
     g.store(parts, tk, tuple(acc))
     # rows in blocks (each block's element functions emitted up to 16 times: only
     # for small ones), by rows or interchanged (see outer_major)

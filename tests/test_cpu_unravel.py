@@ -1,0 +1,62 @@
+"""Quotients and remainders of a fold's inner index by counters (backends/cpu/unravel.py):
+the same values as the interpreter for sums over several dimensions (one chunk or many),
+for divisors from shapes, constants, arrays, and for negative and zero divisors (which
+keep the divided loop)."""
+
+import numpy as np
+import pytest
+
+import accel as A
+import accel.backends.cpu.unravel as unravel
+from accel.ast import nodes as N
+from accel.ast.types import int64
+
+RNG = np.random.default_rng(5)
+
+
+@pytest.mark.parametrize("shape", [(3, 7), (1, 1), (5, 1), (1, 9), (300, 301), (2, 3, 4),
+                                   (64, 65, 3)])
+def test_sums_over_several_dimensions(shape):
+    x = RNG.standard_normal(shape)
+
+    def f(x):
+        return A.sum_all(A.map(lambda v: v * v + 1.0, x))
+    want = A.run(f, x, backend="interpreter")
+    np.testing.assert_allclose(A.run(f, x, backend="cpu"), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("divisor", [3, 1, -2, 0, "array", "shape"])
+def test_user_divisions_of_the_inner_index(divisor):
+    x = RNG.standard_normal((4, 50))
+    d = np.array([3], dtype=np.int64)
+
+    def f(x, d):
+        n = x.shape[1]
+
+        def elt(ix):
+            j = ix[1]
+            c = (d[0] if divisor == "array" else n // 7 if divisor == "shape"
+                 else divisor)
+            return x[ix[0], j] * A.to_float(j // c) + A.to_float(j % c)
+        return A.sum(A.generate((4, n), elt))
+    want = A.run(f, x, d, backend="interpreter")
+    for enabled in (True, False):
+        unravel.ENABLED = enabled
+        try:
+            got = A.compile(f)(x, d)
+        finally:
+            unravel.ENABLED = True
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_counted_finds_divisions_through_lets():
+    p = N.Var("ix", N.Tuple((N.Const(0, int64), N.Const(0, int64))).type)
+    c = N.Var("c", int64)
+    j = N.Prj(1, p)
+    body = N.Let(c, N.PrimApp("add", (N.Const(2, int64), N.Const(3, int64))),
+                 N.PrimApp("add", (N.PrimApp("floordiv", (j, c)), N.PrimApp("mod", (j, c)))))
+    found = unravel.counted(N.Lam((p,), body), 1)
+    assert found is not None and len(found[1]) == 1
+    # a division of another component is left alone
+    other = N.PrimApp("floordiv", (N.Prj(0, p), N.Const(3, int64)))
+    assert unravel.counted(N.Lam((p,), other), 1) is None
