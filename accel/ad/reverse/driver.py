@@ -137,6 +137,15 @@ class ArrayReverse:
                 "(its result carries a derivative here)")
         rule(self, b, y, dy)
 
+    def differentiate_instead(self, b: ABind, binds: list, y: N.Avar, dy):
+        """Replace the primal binding ``b`` (of ``y``, adjoint ``dy``) by ``binds``, which
+        compute the same ``y``, and differentiate those."""
+        self.replace[id(b)] = binds
+        _activity(ABlock(binds, None), self.active)
+        self.contribute(y, dy)
+        for nb in reversed(binds):
+            self.bind(nb)
+
     def vjp_program(self, prog: N.Program, accumulate: tuple = ()) -> N.Program:
         """The vjp of ``prog`` w.r.t. all its parameters (for rules that nest programs;
         ``accumulate``: see ``reverse_program``)."""
@@ -226,8 +235,8 @@ def _activity(blk: ABlock, active: set):
 def _rebuild_primal(blk: ABlock, replace: dict, needed: set) -> ABlock:
     out = []
     for b in blk.binds:
-        if id(b) in replace:
-            out.extend(replace[id(b)])
+        if id(b) in replace:  # (whose bindings may have been replaced in turn)
+            out.extend(_rebuild_primal(ABlock(replace[id(b)], None), replace, needed).binds)
             continue
         if isinstance(b.op, ACondB):
             t = _rebuild_primal(b.op.t, replace, needed)
