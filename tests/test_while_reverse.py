@@ -8,7 +8,8 @@ forward mode and central differences (``A.check_grad``) on the interpreter, the 
 NumPy backend and the cpu backend: per-element Horner evaluation with the coefficients
 as parameters, trip counts that differ between elements, a ``Generate`` and a
 ``ZipWith`` function, a ``while_`` inside an ``awhile`` body, two loops in one function,
-and second derivatives; the type checker runs on every derivative program.
+loops under conditionals and inside loops, and second derivatives; the type checker
+runs on every derivative program.
 """
 
 import numpy as np
@@ -81,6 +82,31 @@ def two_loops(c, x):
     return A.sum(A.map(elem, x))
 
 
+def under_cond(c, x):
+    """Loops under conditionals (nested ones too), each branch with its own loop."""
+    def elem(v):
+        w = A.cos(v)
+        inner = A.cond(v > 0.5, A.while_(lambda s: s[0] < 3,
+                                         lambda s: (s[0] + 1, s[1] * c[s[0]] + w), (0, v))[1],
+                       w * v)
+        other = A.while_(lambda s: s[0] < 2, lambda s: (s[0] + 1, A.sin(s[1]) * c[s[0] + 1]),
+                         (0, w))[1]
+        return A.cond(v > 0, inner, other)
+    return A.sum(A.map(elem, x))
+
+
+def nested(c, x):
+    """A loop in the body of a loop, its trip count the outer counter."""
+    def elem(v):
+        def outer(s):
+            k, acc = s
+            inner = A.while_(lambda q: q[0] < k + 1,
+                             lambda q: (q[0] + 1, q[1] * c[q[0] % 4] + 0.1), (0, acc))[1]
+            return (k + 1, A.sin(inner) + v)
+        return A.while_(lambda s: s[0] < 3, outer, (0, v))[1]
+    return A.sum(A.map(elem, x))
+
+
 RNG = np.random.default_rng(1)
 C, X, M = RNG.uniform(-1, 1, 4), RNG.uniform(-1, 1, 5), RNG.uniform(-1, 1, (3, 4))
 CASES = {
@@ -89,6 +115,8 @@ CASES = {
     "generated": (generated, (C, M)),
     "in_awhile": (in_awhile, (C, X)),
     "two_loops": (two_loops, (C, X)),
+    "under_cond": (under_cond, (C, np.array([0.3, -0.4, 0.8, 1.2, -1.0]))),
+    "nested": (nested, (C, X)),
 }
 
 

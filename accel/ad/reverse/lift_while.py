@@ -22,18 +22,21 @@ arrays scatter their adjoints like any other read.  Cost: the loop runs max-trip
 iterations over all elements (O(max trips) per element, O(elements) a step; elements
 whose loop has finished copy their state), against O(n^2) body steps per element for the
 recomputing rule of ``exp.while_`` (which has no place to put the reads' adjoints).
-Only a loop at the top level of the element function (not under a ``cond`` or inside
-another loop) is lifted; the others keep ``exp.while_``'s rule and its error.  A ``post``
-holding a second such loop is lifted in turn when the new binding is differentiated.
+A loop under a ``cond`` is first moved to the top level of the function, guarded by the
+condition (``_split``); a loop inside another loop's body is lifted when the lifted
+outer loop's body is differentiated, and a ``post`` holding a second such loop when the
+new binding is.  Loops in fold, scan and permute functions keep ``exp.while_``'s rule
+and its error.
 """
 
 from __future__ import annotations
 
 from ...ast import nodes as N
-from ...ast.traverse import apply_lam, free_vars, freshen, walk
+from ...ast.traverse import apply_lam, free_vars, freshen, substitute, walk
 from ...ast.types import ArrayT, bool_, int64, shape_type
-from ..anf import ABind, AFlattener, type_leaves
-from ..blocks import Block, flatten, to_exp
+from ..anf import ABind, AFlattener
+from ..blocks import (Bind, Block, CondB, flatten, fresh_leaves, leaves_of, to_exp, tree_like,
+                      tree_term, type_leaves, zero)
 from ..flat import EXP
 
 __all__ = ["liftable", "lift"]
@@ -43,15 +46,76 @@ def _reads_active(op: N.While, active) -> bool:
     return any(isinstance(x, N.Index) and x.array.name in active for x in walk(op.body))
 
 
-def liftable(op, active) -> int | None:
-    """The position, among the flattened bindings of the element function of ``op``
-    (a ``Map``, ``ZipWith`` or ``Generate``), of the first top-level ``while_`` whose
-    body reads an array of ``active`` (names), or None."""
-    blk = flatten(op.f.body, {})
+def _first_loop(blk: Block, active) -> int | None:
     for k, b in enumerate(blk.binds):
         if isinstance(b.op, N.While) and _reads_active(b.op, active):
             return k
     return None
+
+
+def _hoist(blk: Block, active) -> Block:
+    """``blk`` with every such loop under a ``cond`` moved to the top level (innermost
+    first), guarded by the condition (see ``_split``)."""
+    out = []
+    for b in blk.binds:
+        if isinstance(b.op, CondB):
+            b = Bind(b.outs, CondB(b.op.c, _hoist(b.op.t, active), _hoist(b.op.e, active)))
+            while True:
+                found = [(side, k) for side, br in enumerate((b.op.t, b.op.e))
+                         if (k := _first_loop(br, active)) is not None]
+                if not found:
+                    break
+                before, b = _split(b, *found[0])
+                out.extend(before)
+        out.append(b)
+    return Block(out, blk.result)
+
+
+def _split(b: Bind, side: int, k: int):
+    """``outs = if c then (pre; s = while_ cd f s0; post) else e`` (the loop in branch
+    ``side``) as three bindings: ``(s0', kept') = if c then (pre; (s0, kept)) else
+    zeros``; ``s = while_ (\\x -> c && cd x) f s0'``; ``outs = if c then post else e``,
+    where ``kept`` are the values of ``pre`` the loop or ``post`` read.  The loop runs
+    no step when the branch is not taken, and nothing the branch guards runs then."""
+    c, branches = b.op.c, (b.op.t, b.op.e)
+    br = branches[side]
+    pre, w, post = br.binds[:k], br.binds[k], Block(br.binds[k + 1:], br.result)
+    loop: N.While = w.op
+    need = free_vars(loop) | free_vars(to_exp(post))
+    kept = [v for bb in pre for v in bb.outs if v.name in need]
+    S = loop.init.type
+    s0 = fresh_leaves(S, "s")
+    kept2 = tuple(N.Var(N.fresh("k"), v.type) for v in kept)
+    ren = {v.name: v2 for v, v2 in zip(kept, kept2)}
+    taken = Block(pre, tuple(leaves_of(_atoms(loop.init))) + tuple(kept))
+    idle = Block([], tuple(zero(t) for t in type_leaves(S)) + tuple(zero(v.type) for v in kept))
+    first = Bind(s0 + kept2, CondB(c, *((taken, idle) if side == 0 else (idle, taken))))
+    x = N.Var(N.fresh("s"), S)
+    runs = apply_lam(substitute(loop.cond, ren), (x,))
+    no = N.Const(False, bool_)
+    guarded = N.Lam((x,), N.Cond(c, runs, no) if side == 0 else N.Cond(c, no, runs))
+    second = Bind(w.outs, N.While(guarded, substitute(loop.body, ren),
+                                  tree_term(tree_like(S, iter(s0)))))
+    rest = flatten(substitute(to_exp(post), ren), {})
+    third = Bind(b.outs, CondB(c, *((rest, branches[1]) if side == 0 else
+                                    (branches[0], rest))))
+    return [first, second], third
+
+
+def _atoms(e: N.Exp):
+    return tuple(_atoms(i) for i in e.items) if isinstance(e, N.Tuple) else e
+
+
+def _function_block(op, active) -> Block:
+    return _hoist(flatten(op.f.body, {}), active)
+
+
+def liftable(op, active) -> int | None:
+    """The position, among the flattened bindings of the element function of ``op``
+    (a ``Map``, ``ZipWith`` or ``Generate``), of the first top-level ``while_`` whose
+    body reads an array of ``active`` (names), once those under a ``cond`` are moved
+    to the top level, or None."""
+    return _first_loop(_function_block(op, active), active)
 
 
 def _domain(op):
@@ -77,8 +141,8 @@ def _lets(binds, body: N.Exp) -> N.Exp:
 def lift(op, y: N.Avar, active) -> list:
     """Bindings computing ``y = op`` with its first liftable loop (``liftable``) run as
     an array-level ``awhile`` over all elements (see the module)."""
-    k = liftable(op, active)
-    blk = flatten(op.f.body, {})
+    blk = _function_block(op, active)
+    k = _first_loop(blk, active)
     pre, w, post = blk.binds[:k], blk.binds[k], Block(blk.binds[k + 1:], blk.result)
     loop: N.While = w.op
     sh, params = _domain(op)
