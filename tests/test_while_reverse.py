@@ -206,3 +206,56 @@ def test_cost_is_the_longest_trip_per_element(monkeypatch):
         return steps[0]
     assert body_steps(12, 5) - body_steps(3, 5) == 3 * 9
     assert body_steps(12, 50) == body_steps(12, 5)
+
+
+# --------------------------------------------------------------------------- random programs
+
+
+def _lifting_programs(n, seed):
+    """The first ``n`` differentiable generated programs whose gradient lifts a loop (a
+    ``while_`` reading a differentiated array, with at least one trip)."""
+    import random
+
+    from accel.ad.reverse import lift_while
+    from accel.testing.programs import generate_program
+    from accel.testing.sources import RandomSource
+    found = []
+    real = lift_while.lift
+    calls = [0]
+
+    def counting(*a):
+        calls[0] += 1
+        return real(*a)
+    lift_while.lift = counting
+    try:
+        for i in range(2000):
+            d = generate_program(RandomSource(random.Random(f"{seed}:{i}")),
+                                 differentiable=True, max_stmts=4)
+            if "while_" not in d.source or "< 0" in d.source:
+                continue
+            _, loss = d.build()
+            calls[0] = 0
+            try:
+                gradient_program(trace_program(loss, _sig(d.args())), None)
+            except A.AccelError:
+                continue
+            if calls[0]:
+                found.append(d)
+                if len(found) == n:
+                    return found
+    finally:
+        lift_while.lift = real
+    raise AssertionError("the generator drew too few lifted loops")
+
+
+def test_generated_programs_with_lifted_loops():
+    """Reverse == forward == finite differences on generated programs whose loops read
+    differentiated arrays, on the interpreter and the fused backend (one on the cpu
+    backend), and their gradients differentiate again."""
+    from accel.testing.properties import Skip, check_gradient, check_second_order
+    for k, d in enumerate(_lifting_programs(3, seed=7)):
+        try:
+            check_gradient(d, backends=["fused"] + (["cpu"] if k == 0 else []), directions=1)
+            check_second_order(d, backends=["interpreter"])
+        except Skip:
+            pass
