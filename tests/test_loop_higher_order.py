@@ -17,10 +17,10 @@ import accel as A
 from accel.ad.api import gradient_program
 from accel.ad.forward.driver import jvp_program
 from accel.ad.reverse.loop_shapes import keeps_shape
-from accel.ast.nodes import Awhile
+from accel.ast.nodes import Awhile, Index
 from accel.backends import fused as numpy_eval
 from accel.fusion.fuse import fuse
-from accel.fusion.kernels import KAwhile
+from accel.fusion.kernels import KAwhile, KPermute
 from accel.pipeline import optimise
 from accel.ast.typecheck import typecheck
 from accel.frontend import arg_type, trace_program
@@ -267,3 +267,22 @@ def test_flat_tape_holds_the_kept_states(monkeypatch, every, n):
     trips = max(0, n - 2)
     want = sum(n - k for k in range(trips) if k % (every or 1) == 0)
     assert list(seen.values()) == [(want,)], seen
+
+
+def test_second_order_keeps_no_tape_of_tapes():
+    """Reverse over reverse tapes the first-order taped loop's state, but not its tape
+    (the scatter writing it is injective: its adjoint does not read the tape), so no
+    loop carries an array of rank 3 (a tape per iteration: O(T^2) memory and time), and
+    the permutes writing the remaining tapes update them in place."""
+    f = counted_loop(None, trips=4)
+    hp = trace_program(lambda a: A.sum_all(A.gradientA(f)(a)), _sig([X]))
+    kp = fuse(optimise(gradient_program(hp, None)[0]))
+    loops = list(_loops(kp.body))
+    assert loops
+    for w in loops:
+        assert all(p.type.rank <= 2 for p in w.params), [p.type for p in w.params]
+        for s in w.body.steps:
+            if isinstance(s, KPermute) and any(
+                    p.name == s.defaults.body.array.name for p in w.params
+                    if isinstance(s.defaults.body, Index)):
+                assert s.into is not None, s.out

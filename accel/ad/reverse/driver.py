@@ -63,6 +63,7 @@ class ArrayReverse:
         self.active = active
         self.mode = mode
         self.replace = replace  # id(ABind) -> replacement primal binds
+        self.accumulating: set = set()  # names whose adjoints start from an accumulator
         self.binds: list = []
         self.contribs: dict = {}
         self.vars: dict = {}
@@ -296,6 +297,7 @@ def reverse_program(prog: N.Program, wrt: tuple, seeds: str = "one",
     accs = tuple(N.Avar(N.fresh("acc"), prog.params[i].type) for i in accumulate)
     for i, a in zip(accumulate, accs):
         rev.contribute(prog.params[i], a)
+        rev.accumulating.add(prog.params[i].name)
     rev.block(blk)
     grads = []
     for i in wrt:

@@ -32,12 +32,12 @@ from __future__ import annotations
 
 from ...ast import nodes as N
 from ...ast.traverse import free_vars, freshen, substitute, walk
-from ...ast.types import ArrayT, ATupleT, bool_, int64, shape_type
+from ...ast.types import ArrayT, ATupleT, bool_, has_float, int64, shape_type
 from ...errors import NotDifferentiableError
 from ..anf import ABind, leaves, tree_like, tree_term, type_leaves
 from ..blocks import zero
 from .loop_shapes import keeps_shape
-from .terms import zeros_like
+from .terms import empty_of, zeros_like
 
 
 def _c(v, t=int64):
@@ -116,8 +116,22 @@ def awhile(rev, b: ABind, dys: list):
     init = leaves(_term_tree(op.init))
     UT = ArrayT(int64, 0)
     m = len(tl)
-    fixed = keeps_shape(op.body)  # per leaf: a tape of rows, else a flat tape
-    flex = [leaf for leaf in range(m) if not fixed[leaf]]
+    # -- the body's vector-Jacobian product, over the state and the outer active arrays
+    outer = sorted((free_vars(op.body) & rev.active) - {op.body.param.name})
+    outer_vars = [_find_avar(op.body, name) for name in outer]
+    xp = tuple(N.Avar(N.fresh("a"), t) for t in tl)
+    op_ = tuple(N.Avar(N.fresh("a"), v.type) for v in outer_vars)
+    bprog_body = N.Alet(op.body.param, tree_term(tree_like(T, iter(xp))), op.body.body)
+    bprog_body = substitute(bprog_body, {v.name: w for v, w in zip(outer_vars, op_)})
+    bprog = N.Program(xp + op_, bprog_body)
+    vprog = rev.vjp_program(bprog, tuple(range(len(tl), len(tl) + len(outer_vars))))
+
+    # per leaf: whether the dual reads it (with checkpoints the body recomputes states
+    # from whole ones: then every leaf), and a tape of rows for it, else a flat tape
+    floats = [has_float(t) for t in tl]  # (the others carry no adjoint)
+    needed = _read_leaves(vprog, xp, floats) if every == 1 else [True] * m
+    fixed = keeps_shape(op.body)
+    flex = [leaf for leaf in range(m) if needed[leaf] and not fixed[leaf]]
 
     def kept(kv):  # is state k a checkpoint?
         return _p("eq", _p("mod", _the(kv), _c(every)), _c(0)) if every > 1 else \
@@ -162,6 +176,8 @@ def awhile(rev, b: ABind, dys: list):
     layout, ttypes = [], []  # layout[l]: index of leaf l's (value) tape among the tapes
     for leaf, t in enumerate(tl):
         layout.append(len(ttypes))
+        if not needed[leaf]:
+            continue
         if fixed[leaf]:
             ttypes.append(ArrayT(t.elt, t.rank + 1))
         else:
@@ -190,6 +206,8 @@ def awhile(rev, b: ABind, dys: list):
         tapes, offs = list(tpl), []
         for leaf, (xl_, t) in enumerate(zip(xl, tl)):
             j, r, sh = layout[leaf], t.rank, N.Shape(xl_)
+            if not needed[leaf]:
+                continue
             if fixed[leaf]:
                 tapes[j] = write(tpl[j], keep, xl_, lambda i: N.Tuple(
                     (row,) + tuple(N.Prj(q, i) for q in range(r))))
@@ -216,6 +234,8 @@ def awhile(rev, b: ABind, dys: list):
     tape_body = N.ALam(st2, body_t)
     tapes0 = []
     for leaf, t in enumerate(tl):
+        if not needed[leaf]:
+            continue
         if fixed[leaf]:
             sh = N.Tuple((cap_e,) + tuple(N.Prj(q, N.Shape(init[leaf]))
                                           for q in range(t.rank)))
@@ -234,16 +254,6 @@ def awhile(rev, b: ABind, dys: list):
               N.Awhile(tape_cond, tape_body, taped_init)),
     ]
 
-    # -- the body's vector-Jacobian product, over the state and the outer active arrays
-    outer = sorted((free_vars(op.body) & rev.active) - {op.body.param.name})
-    outer_vars = [_find_avar(op.body, name) for name in outer]
-    xp = tuple(N.Avar(N.fresh("a"), t) for t in tl)
-    op_ = tuple(N.Avar(N.fresh("a"), v.type) for v in outer_vars)
-    bprog_body = N.Alet(op.body.param, tree_term(tree_like(T, iter(xp))), op.body.body)
-    bprog_body = substitute(bprog_body, {v.name: w for v, w in zip(outer_vars, op_)})
-    bprog = N.Program(xp + op_, bprog_body)
-    vprog = rev.vjp_program(bprog, tuple(range(len(tl), len(tl) + len(outer_vars))))
-
     # -- dual loop over (k, lam, accs) from k = n down to 1
     DT = ATupleT((ArrayT(int64, 0), ATupleT(tuple(tl)),
                   ATupleT(tuple(v.type for v in outer_vars))))
@@ -261,6 +271,9 @@ def awhile(rev, b: ABind, dys: list):
         rows = []
         for leaf, t in enumerate(tl):
             j, r = layout[leaf], t.rank
+            if not needed[leaf]:  # (a stand-in the dual does not read)
+                rows.append(empty_of(t))
+                continue
             flat = tape_vars[j]
             if fixed[leaf]:
                 rows.append(N.Slice(flat, (row,) + (None,) * r))
@@ -296,7 +309,7 @@ def awhile(rev, b: ABind, dys: list):
         call = inline_program(vprog, list(xleaves) + list(outer_vars) + list(lamleaves)
                               + list(accleaves))  # the accumulators: adjoints start there
         nouts = m  # vprog returns the body's outputs (m leaves), then the gradients
-        new_lam = [N.APrj(nouts + i, vres) for i in range(m)]
+        new_lam = [N.APrj(nouts + i, vres) if floats[i] else lamleaves[i] for i in range(m)]
         new_acc = [N.APrj(nouts + m + i, vres) for i in range(len(outer_vars))]
         inner = N.Alet(vres, call, _tuple((
             _unit(kprev), _tuple(new_lam), _tuple(new_acc))))
@@ -319,6 +332,27 @@ def awhile(rev, b: ABind, dys: list):
         rev.contribute(leaf, adj)
     for v, adj in zip(outer_vars, acc_fin):
         rev.contribute(v, adj)
+
+
+def _read_leaves(vprog: N.Program, xp: tuple, floats: list) -> list:
+    """Per state parameter of the body's vjp program ``vprog``, whether its gradients
+    (the results after the body's outputs; those of the ``floats`` leaves and of the
+    outer arrays) read it: a state the body only writes into, like the loop tape of a
+    loop being differentiated again, needs no tape of its own."""
+    binds, body = [], vprog.body
+    while isinstance(body, N.Alet):
+        binds.append((body.var, body.bound))
+        body = body.body
+    m = len(xp)
+    items = body.items if isinstance(body, N.ATuple) else (body,)
+    roots = [r for i, r in enumerate(items[m:]) if i >= m or floats[i]]
+    live = set()
+    for r in roots:
+        live |= free_vars(r)
+    for v, bound in reversed(binds):
+        if v.name in live:
+            live |= free_vars(bound)
+    return [p.name in live for p in vprog.params[:m]]
 
 
 def _lets(binds: list, body: N.Arr) -> N.Arr:
