@@ -107,6 +107,26 @@ def nested(c, x):
     return A.sum(A.map(elem, x))
 
 
+def scalar_generate(c):
+    """A rank-0 ``generate``."""
+    return A.generate((), lambda _: A.while_(
+        lambda s: s[0] < 4, lambda s: (s[0] + 1, s[1] * c[s[0]] + 1.0), (0, c[0]))[1])
+
+
+def search(c, m):
+    """An integer loop state (a search reading ``c``) over a matrix; the index found
+    reads ``c`` again."""
+    def elem(v):
+        k = A.while_(lambda k: (k < 3) & (c[k] < v), lambda k: k + 1, 0)
+        return c[k] * v
+    return A.sum_all(A.map(elem, m))
+
+
+def matrix(c, m):
+    return A.sum_all(A.map(lambda v: A.while_(
+        lambda s: s[0] < 3, lambda s: (s[0] + 1, A.sin(s[1] * c[s[0]])), (0, v))[1], m))
+
+
 RNG = np.random.default_rng(1)
 C, X, M = RNG.uniform(-1, 1, 4), RNG.uniform(-1, 1, 5), RNG.uniform(-1, 1, (3, 4))
 CASES = {
@@ -117,6 +137,10 @@ CASES = {
     "two_loops": (two_loops, (C, X)),
     "under_cond": (under_cond, (C, np.array([0.3, -0.4, 0.8, 1.2, -1.0]))),
     "nested": (nested, (C, X)),
+    "scalar_generate": (scalar_generate, (C,)),
+    "search": (search, (C, np.array([[0.3, -0.4], [0.8, 1.2]]))),
+    "matrix": (matrix, (C, M)),
+    "empty_matrix": (matrix, (C, np.zeros((0, 3)))),
 }
 
 
