@@ -275,18 +275,19 @@ def test_flat_tape_holds_the_kept_states(monkeypatch, every, n):
     assert list(seen.values()) == [(want,)], seen
 
 
-def test_second_order_keeps_no_tape_of_tapes():
+@pytest.mark.parametrize("f,most", [(counted_loop(None, trips=4), 2), (shrinking(), 1)])
+def test_second_order_keeps_no_tape_of_tapes(f, most):
     """Reverse over reverse tapes the first-order taped loop's state, but not its tape
     (the scatter writing it is injective: its adjoint does not read the tape), so no
-    loop carries an array of rank 3 (a tape per iteration: O(T^2) memory and time), and
-    the permutes writing the remaining tapes update them in place."""
-    f = counted_loop(None, trips=4)
+    loop carries an array of a rank above a tape's (2 for a tape of rows of a vector, 1
+    for a flat tape; a tape of tapes costs O(T^2) memory and time), and the permutes
+    writing the remaining tapes update them in place."""
     hp = trace_program(lambda a: A.sum_all(A.gradientA(f)(a)), _sig([X]))
     kp = fuse(optimise(gradient_program(hp, None)[0]))
     loops = list(_loops(kp.body))
     assert loops
     for w in loops:
-        assert all(p.type.rank <= 2 for p in w.params), [p.type for p in w.params]
+        assert all(p.type.rank <= most for p in w.params), [p.type for p in w.params]
         for s in w.body.steps:
             if isinstance(s, KPermute) and any(
                     p.name == s.defaults.body.array.name for p in w.params

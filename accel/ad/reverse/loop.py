@@ -213,8 +213,10 @@ def awhile(rev, b: ABind, dys: list):
                     (row,) + tuple(N.Prj(q, i) for q in range(r))))
                 continue
             off = _the(ofl[flex.index(leaf)])
-            tapes[j] = write(tpl[j], keep, xl_, lambda i: N.Tuple((_p("add", off, _linear(
-                [N.Prj(q, i) for q in range(r)], [N.Prj(q, sh) for q in range(r)])),)))
+            # (the state flattened, written at off + j: an injective scatter, whose
+            # adjoint does not read the tape)
+            tapes[j] = write(tpl[j], keep, N.Reshape(N.Tuple((_size(xl_),)), xl_),
+                             lambda i: N.Tuple((_p("add", off, N.Prj(0, i)),)))
             tapes[j + 1] = write(tpl[j + 1], keep, _unit(off), lambda i: N.Tuple((row,)))
             for q in range(r):
                 tapes[j + 2 + q] = write(tpl[j + 2 + q], keep, _unit(N.Prj(q, sh)),
