@@ -283,3 +283,12 @@ def test_generated_programs_with_lifted_loops():
             check_second_order(d, backends=["interpreter"])
         except Skip:
             pass
+
+
+@pytest.mark.parametrize("name", ["horner", "under_cond", "nested", "in_awhile"])
+def test_store_mode_agrees_with_recompute_mode(name):
+    f, args = CASES[name]
+    want = A.run(A.gradientA(f, mode="recompute"), *args, backend="interpreter")
+    got = A.run(A.gradientA(f, mode="store"), *args, backend="fused")
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
