@@ -201,7 +201,7 @@ def lift(op, y: N.Avar, active) -> list:
         s = N.Var(N.fresh("s"), S)
         return ctx(i, N.Let(s, N.Index(bs, i), N.Cond(
             apply_lam(loop.cond, (s,)), apply_lam(loop.body, (s,)), s)))
-    body = N.ALam(bs, gen(step))
+    body = N.ALam(bs, gen(step, N.Shape(bs)))  # (the state keeps its shape: a tape of rows)
     yv = N.Avar(N.fresh("a"), xv.type)
     terms.append((yv, N.Awhile(cond, body, xv)))
 
