@@ -108,17 +108,18 @@ def test_gradient_exact_with_and_without_checkpoints():
 
 
 def test_cpu_skips_the_defaults_copy_inside_loops():
-    """Neither the tape write nor the accumulation of ``W``'s adjoint launches a defaults
-    kernel per iteration: at most one is left per dual iteration, for the adjoint of
-    the state's reads if it is a scatter (since reads through affine indices have
-    gathered adjoints, ``ad/reverse/gather.py``, there is none)."""
+    """Neither the tape write nor the accumulation of ``W``'s adjoint launches a kernel
+    over the whole tape per iteration: no defaults copy (phase ``d``) and no winners
+    merge (phase ``m``) at all, and the tape writes (the counter's and ``h``'s) scatter
+    their rows serially in source order (phase ``s``), two per taped iteration."""
     counts = []
     for T in (4, 12):
         c = A.compile(A.gradientA(_rnn(T), wrt=(0, 1)), backend="cpu")
         c(*_args(T))
         launches = c.stats(*_args(T))["launches"]
-        counts.append(sum(n for k, n in launches.items() if k.startswith("d_")))
-    assert 0 <= counts[1] - counts[0] <= 12 - 4
+        assert not [k for k in launches if k[:2] in ("d_", "m_")], launches
+        counts.append(launches.get("s_serial", 0))
+    assert counts[1] - counts[0] == 2 * (12 - 4)
 
 
 def test_user_scatter_into_loop_carried_array_leaves_arguments_alone():

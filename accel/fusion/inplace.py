@@ -77,9 +77,39 @@ def _identity_read(lam: N.Lam) -> str | None:
     return None
 
 
+def _readers_first(steps: list) -> list:
+    """``steps`` with the later readers of a permute's defaults moved before it where
+    they do not depend on what lies between (then the defaults may be dead at the
+    permute): e.g. reverse mode's scatter adjoint, a permute zeroing the written targets
+    of an adjoint and a gather of the same adjoint at those targets, which fusion may
+    order either way."""
+    steps = list(steps)
+    i = 0
+    while i < len(steps):
+        s = steps[i]
+        d = _identity_read(s.defaults) if isinstance(s, KPermute) else None
+        if d is not None:
+            made: set = set()  # outputs of the steps from i up to j
+            j = i
+            while j < len(steps):
+                t = steps[j]
+                if j > i and d in _step_free(t) and not (_step_free(t) & made):
+                    steps.insert(i, steps.pop(j))
+                    i += 1
+                else:
+                    made.update(o.name for o in _outs(t))
+                j += 1
+        i += 1
+    return steps
+
+
+def _outs(s) -> tuple:
+    return tuple(s.outs) if isinstance(s, (KAcond, KAwhile)) else step_outs(s)
+
+
 def _block(b: KBlock, owned: frozenset) -> KBlock:
     """``b`` marked, where ``owned`` are the names whose buffers ``b`` may update."""
-    steps = list(b.steps)
+    steps = _readers_first(b.steps)
     later: list = [frozenset({v.name for v in b.result})]  # names read after step i
     for s in reversed(steps[1:]):
         later.append(later[-1] | _step_free(s))

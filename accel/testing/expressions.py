@@ -69,7 +69,7 @@ class Block:
         self.indent = indent
         self.lines: list[str] = []
         self.vars = list(vars_)  # (code, type)
-        self.allow_index = allow_index  # may index arrays (not in a differentiable while_)
+        self.allow_index = allow_index  # may index arrays
 
     def emit(self, line: str):
         self.lines.append("    " * self.indent + line)
@@ -405,10 +405,9 @@ class ExpressionGen:
         init = self.gen_exp(blk, t, depth - 1)
         wc, wb = self.fresh("wc"), self.fresh("wb")
         k, x = self.fresh("k"), self.fresh("x")
-        # reverse mode differentiates while_ by recomputation, which does not support a
-        # body indexing arrays that carry a derivative (NotDifferentiableError)
-        body = Block(blk.indent + 1, blk.vars + [(k, I64), (x, t)],
-                     blk.allow_index and not self.diff)
+        # (every generated scalar function is a map, zip_with or generate function, where
+        # reverse mode lifts a loop whose body reads differentiated arrays to an awhile)
+        body = Block(blk.indent + 1, blk.vars + [(k, I64), (x, t)], blk.allow_index)
         nxt = self.gen_exp(body, t, depth - 1)
         blk.emit(f"def {wc}(s):")
         blk.emit(f"    return s[0] < {n}")

@@ -402,10 +402,6 @@ class StatementGen(ExpressionGen):
         ac, ab, k, s = self.fresh("ac"), self.fresh("ab"), self.fresh("k"), self.fresh("x")
         body = Block(2, self.top.vars)
         others = [o for o in self.arrays if o.rank == x.rank and o is not x]
-        if self.diff and self.avoid_known_bugs:
-            # reverse mode through an awhile whose state shrinks fails (see
-            # tests/regressions): keep the state's shape, zip only with same-sized arrays
-            others = [o for o in others if o.lo == o.hi == x.lo == x.hi]
         lo = x.lo
         if others and self.src.flag(0.3):
             o = self.src.recent(others)

@@ -102,7 +102,11 @@ def emit_projection(s: KPermute, check: bool):
     ``p``: chunk ``c`` of the sources records, in ``priv[c * size + target]``
     (initialised to -1), the last source index of the chunk writing each target.
     Phase ``m``, parallel over targets: the last chunk that wrote a target holds its
-    winner, whose value is computed there and combined once."""
+    winner, whose value is computed there and combined once.  Phase ``s`` instead, when
+    one chunk would do: the sources in order, each combined into its target at once
+    (the last wins), O(sources) with no winners buffer: a loop writing one row a step
+    into a large array updated in place (the loop tape) then costs O(row) a step."""
+
     g = KernelGen(check)
     elt = s.out.type.elt
     trank = len(s.out_shape.type.items)
@@ -141,6 +145,20 @@ def emit_projection(s: KPermute, check: bool):
     v = g.apply(s.value, (tuple(g.unravel(w, sdims)),))
     old = rebuild(elt, iter(at(b, k) for b in outs))
     g.store(outs, k, g.apply(s.comb, (v, old)))
+    g.begin("s", parallel=False)
+    k = g.fresh("k")
+    g.loop(k, "range(lo, hi)")
+    six = tuple(g.unravel(k, sdims))
+    tix = g.scatter_target(s.target, list(six), tdims)
+    if check and tix:
+        g.ind -= 1
+        g.emit("else:")
+        g.ind += 1
+    pos = g.fresh("pos")
+    g.emit(f"{pos} = {g.offset(tix, tdims)}")
+    v = g.apply(s.value, (six,))
+    old = rebuild(elt, iter(at(b, pos) for b in outs))
+    g.store(outs, pos, g.apply(s.comb, (v, old)))
     return g, {"fast": "winner"}
 
 
@@ -185,8 +203,12 @@ def launch(s: KPermute, plan, ev) -> Launch:
     if plan.fast == "winner":  # a projection: the winners' indices, -1 for none
         # the winner does not depend on the chunking: one chunk per thread
         nch = max(1, min(permute_chunks(size, ssize), numba.get_num_threads()))
-        work.append(("f", nch * size, np.dtype(np.int64), -1))
-        phases += [("p", ssize, -nch if nch > 1 else 0), ("m", size, size * nch)]
+        if nch > 1:
+            work.append(("f", nch * size, np.dtype(np.int64), -1))
+            phases += [("p", ssize, -nch), ("m", size, size * nch)]
+        else:  # serially, in source order: no winners buffer (``s``)
+            work.append(("f", 1, np.dtype(np.int64), -1))
+            phases.append(("s", ssize, 0))
     elif plan.fast is not None:
         nch = permute_chunks(size, ssize)
         priv = nch * size

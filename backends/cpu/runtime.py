@@ -59,13 +59,13 @@ def _bound_in_loops(block: KBlock, inside: bool = False) -> set:
     parameters): their values change from one iteration to the next."""
     out: set = set()
     for s in block.steps:
+        if inside:  # every array bound in a loop, a nested loop's or conditional's too
+            out.update(o.name for o in step_outs(s))
         if isinstance(s, KAwhile):
             out.update(p.name for p in s.params)
             out |= _bound_in_loops(s.cond, True) | _bound_in_loops(s.body, True)
         elif isinstance(s, KAcond):
             out |= _bound_in_loops(s.t, inside) | _bound_in_loops(s.e, inside)
-        elif inside:
-            out.update(o.name for o in step_outs(s))
     return out
 
 

@@ -99,14 +99,9 @@ def test_forward_mode_through_awhile_whose_state_shrinks():
     np.testing.assert_allclose(t, np.sum(np.cos(v1) * y * np.cos(x[:2]) * y), rtol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, raises=A.OutOfBoundsError,
-                   reason="reverse mode through awhile assumes the state keeps its shape: "
-                          "when the body shrinks it (zip_with with a smaller array, (3,) -> "
-                          "(2,)), the dual pass indexes the loop tape out of bounds "
-                          "(accel/ad/reverse/loop.py), in both store and recompute modes")
 @pytest.mark.parametrize("mode", ["store", "recompute"])
 def test_reverse_mode_through_awhile_whose_state_shrinks(mode):
-    # found by the soak (seed 11, programs 1259 and 2477)
+    # found by the soak (seed 11, programs 1259 and 2477); fixed by the flat loop tape
     x, y = np.array([0.3, 0.7, 1.1]), np.array([0.5, 2.0])
     g = A.run(A.gradientA(_shrinking_awhile, wrt=0, mode=mode), x, y, backend="interpreter")
     v1 = np.sin(x[:2]) * y

@@ -63,6 +63,7 @@ class ArrayReverse:
         self.active = active
         self.mode = mode
         self.replace = replace  # id(ABind) -> replacement primal binds
+        self.accumulating: set = set()  # names whose adjoints start from an accumulator
         self.binds: list = []
         self.contribs: dict = {}
         self.vars: dict = {}
@@ -136,6 +137,15 @@ class ArrayReverse:
                 f"{name}: reverse-mode differentiation of {name} is not supported yet "
                 "(its result carries a derivative here)")
         rule(self, b, y, dy)
+
+    def differentiate_instead(self, b: ABind, binds: list, y: N.Avar, dy):
+        """Replace the primal binding ``b`` (of ``y``, adjoint ``dy``) by ``binds``, which
+        compute the same ``y``, and differentiate those."""
+        self.replace[id(b)] = binds
+        _activity(ABlock(binds, None), self.active)
+        self.contribute(y, dy)
+        for nb in reversed(binds):
+            self.bind(nb)
 
     def vjp_program(self, prog: N.Program, accumulate: tuple = ()) -> N.Program:
         """The vjp of ``prog`` w.r.t. all its parameters (for rules that nest programs;
@@ -226,8 +236,8 @@ def _activity(blk: ABlock, active: set):
 def _rebuild_primal(blk: ABlock, replace: dict, needed: set) -> ABlock:
     out = []
     for b in blk.binds:
-        if id(b) in replace:
-            out.extend(replace[id(b)])
+        if id(b) in replace:  # (whose bindings may have been replaced in turn)
+            out.extend(_rebuild_primal(ABlock(replace[id(b)], None), replace, needed).binds)
             continue
         if isinstance(b.op, ACondB):
             t = _rebuild_primal(b.op.t, replace, needed)
@@ -287,6 +297,7 @@ def reverse_program(prog: N.Program, wrt: tuple, seeds: str = "one",
     accs = tuple(N.Avar(N.fresh("acc"), prog.params[i].type) for i in accumulate)
     for i, a in zip(accumulate, accs):
         rev.contribute(prog.params[i], a)
+        rev.accumulating.add(prog.params[i].name)
     rev.block(blk)
     grads = []
     for i in wrt:

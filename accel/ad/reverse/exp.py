@@ -192,7 +192,9 @@ def while_(rev, b: Bind):
 
     A scalar loop has no arrays to keep a tape in: state ``k`` is recomputed from the
     initial state (O(n^2) body steps, O(1) memory).  A body that indexes arrays carrying
-    a derivative is not supported (each iteration would add an index adjoint).
+    a derivative would add index adjoints at every iteration: in an elementwise function
+    such a loop is lifted to an array-level ``awhile`` first (``lift_while``); elsewhere
+    (a fold, scan or permute function) it is an error.
     """
     # primal:  y = while_ c f x0;   n = its number of iterations
     # reverse: for k = n-1 .. 0:  x_k = f^k x0 (recomputed);  (lam, free) += vjp(f)(x_k, lam);
@@ -206,7 +208,9 @@ def while_(rev, b: Bind):
     if free_vars(op.body) & _active_arrays(rev, op.body):
         raise NotDifferentiableError(
             "while_: reverse mode through a scalar loop whose body indexes arrays that carry "
-            "a derivative is not supported (use awhile)")
+            "a derivative is supported in map, zip_with and generate functions (run over all "
+            "elements as an awhile), not in a fold, scan or permute function (use awhile "
+            "there)")
     S = op.init.type
     frees = sorted({v.name: v for v in walk(op.body) if isinstance(v, N.Var)
                     and v.name in free_vars(op.body) and v.type.is_float}.items())

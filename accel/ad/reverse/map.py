@@ -13,7 +13,7 @@ from ...ast.traverse import freshen
 from ...ast.types import ArrayT, shape_type
 from ..anf import ABind
 from ..blocks import leaves_of
-from . import exp
+from . import exp, lift_while
 from .gather import affine_forms, gather_adjoint
 from .terms import lam1, prj
 
@@ -22,6 +22,9 @@ def elementwise(rev, b, y, dy):
     # reverse: dres = ZipWith D(f) dy ytmp  (store)  or  Generate (recompute);
     #          a += Map (fst . fst) dres, b += Map (snd . fst) dres, IAI -> Permute (+)
     op = b.op
+    if lift_while.liftable(op, rev.active) is not None:
+        # a while_ whose body reads active arrays: run it as an array-level awhile
+        return rev.differentiate_instead(b, lift_while.lift(op, y, rev.active), y, dy)
     ad = exp.differentiate_lam(op.f, active=lambda arr: arr.name in rev.active)
     # Arguments reached only through discrete primitives (floor, comparisons, ...)
     # get no contribution at all, not a zero array: a zero adjoint would still run

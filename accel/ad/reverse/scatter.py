@@ -22,7 +22,8 @@ from ...errors import NotDifferentiableError
 from ..blocks import zero
 from ..combination import combination, located_at
 from . import scatter_general
-from .terms import add_lam, lam1
+from .gather import index_function_plan
+from .terms import add_lam, lam1, zeros_like
 
 class Scatter:
     """One ``Permute`` being differentiated: its parts and the two adjoint layouts.
@@ -145,11 +146,29 @@ def winners(rev, s: Scatter) -> N.Avar:
                               freshen(s.op.f), lin))
 
 
+def injective(f: N.Lam, target_rank: int) -> bool:
+    """Whether the permute index function ``f`` sends distinct sources to distinct
+    targets: each target coordinate is one source coordinate (plus an invariant), each
+    source coordinate in exactly one (``gather.index_function_plan`` with nothing
+    folded), e.g. the loop tape's ``\\i -> (row, i)``."""
+    g = freshen(f)
+    plan = index_function_plan(N.Lam(g.params, N.Prj(1, g.body)), target_rank)
+    return plan is not None and not plan.folded and all(len(x) <= 1 for x in plan.solvers)
+
+
 def permute_scatter(rev, s: Scatter):
     # primal:  y = Permute (\new old -> new) d f src   (the last source wins)
     # reverse: w = Permute max (fill -1) f (Generate (shape src) linear)
     #          d   += \t -> if w[t] == -1 then dy[t] else 0
     #          src += \i -> if w[f i] == linear i then dy[f i] else 0  (0 where ignored)
+    #          (f injective: no collisions, every written source wins:
+    #           d += Permute (\new old -> new) dy f (zeros src);  src += \i -> dy[f i],
+    #           O(size src) where dy is updated in place, as the loop tape's adjoint is)
+    if injective(s.op.f, s.d.type.rank):
+        rev.contribute(s.d, N.Permute(freshen(s.op.comb), s.dy, freshen(s.op.f),
+                                      zeros_like(s.src)))
+        rev.contribute(s.src, s.at_target(lambda i, t: N.Index(s.dy, t)))
+        return
     w = winners(rev, s)
     rs = s.src.type.rank
     rev.contribute(s.d, s.over_defaults(lambda t: N.Cond(

@@ -50,10 +50,18 @@ def replicate(rev, b, y, dy):
 def slice_(rev, b, y, dy):
     # primal:  y = Slice a spec
     # reverse: a += Generate (shape a) (\i -> if fixed dims of i match then dy[kept i] else 0)
+    #          (a's adjoint accumulated in a loop: Permute (+) (zeros a) (\j -> embed j) dy,
+    #          which the driver scatters into the accumulator: O(size y) a step, not O(a))
     op = b.op
     spec, k = op.spec, op.a.type.rank
     if all(s is None for s in spec):
         return rev.contribute(op.a, dy)
+    if op.a.name in rev.accumulating:
+        j = N.Var(N.fresh("i"), shape_type(y.type.rank))
+        kept = iter(range(y.type.rank))
+        full = N.Tuple(tuple(N.Prj(next(kept), j) if s is None else freshen(s) for s in spec))
+        return rev.contribute(op.a, N.Permute(add_lam(y.type.elt), zeros_like(op.a), N.Lam(
+            (j,), N.Tuple((N.Const(True, bool_), full))), dy))
     ix = N.Var(N.fresh("i"), shape_type(k))
     match = None
     for d, s in enumerate(spec):
