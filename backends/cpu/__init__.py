@@ -89,10 +89,18 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from .runtime import Runner  # noqa: E402
+from .tiered import TieredRunner, tiering_enabled  # noqa: E402
 
-__all__ = ["Runner", "prepare_kernels"]
+__all__ = ["Runner", "TIERED", "TieredRunner", "prepare_kernels"]
+
+#: This backend has tiers (``accel.pipeline.prepare`` passes ``tiered``).
+TIERED = True
 
 
-def prepare_kernels(kp, check_bounds: bool = False) -> Runner:
-    """Compile the kernel program ``kp`` for the CPU (kernels compile on first use)."""
+def prepare_kernels(kp, check_bounds: bool = False, tiered: bool | None = None):
+    """Compile the kernel program ``kp`` for the CPU (kernels compile on first use); with
+    tiers (``tiered``, default ``$ACCEL_TIERED``) the first calls run on NumPy while the
+    kernels compile in a worker process (``tiered``)."""
+    if tiering_enabled(tiered):
+        return TieredRunner(kp, check_bounds)
     return Runner(kp, check_bounds)
