@@ -74,6 +74,7 @@ class TieredRunner:
         self._lock = threading.RLock()  # _done may run inside _start
         self._ready = threading.Event()  # set: calls run the compiled tier
         self._job = None
+        self._payload = None  # the running (or forked-away) job's, until it is done
         self._error: BackendError | None = None  # from the worker, raised once
         self._watch = None
         self._state = "idle"  # idle | compiling | ready | local | failed
@@ -104,18 +105,22 @@ class TieredRunner:
         self._compiled_calls += 1
         return self.compiled(args)
 
-    def _start(self, args) -> None:
-        """Submit the compile job for ``args`` unless one is running."""
+    def _start(self, args=None) -> None:
+        """Submit the compile job for ``args`` (None: the job a fork lost) unless one is
+        running."""
         with self._lock:
             if self._job is not None or self._ready.is_set():
+                return
+            if args is not None:
+                self._payload = {"kp": self.kp, "check_bounds": self.check_bounds,
+                                 "args": list(args), "hash": self._hash, "env": _accel_env(),
+                                 "cache_dir": os.path.dirname(self.compiled.module.__file__)}
+            elif self._payload is None:
                 return
             self._state = "compiling"
             self._t0 = time.perf_counter()
             self._watch = compilelog.watch(self.compiled.gen.source, self.kp, background=True)
-            payload = {"kp": self.kp, "check_bounds": self.check_bounds, "args": list(args),
-                       "hash": self._hash, "env": _accel_env(),
-                       "cache_dir": os.path.dirname(self.compiled.module.__file__)}
-            self._job = worker.submit(payload, self._done)
+            self._job = worker.submit(self._payload, self._done)
 
     def _done(self, res: dict) -> None:
         """The worker's answer (on the receiving thread, or at once if no worker)."""
@@ -137,13 +142,16 @@ class TieredRunner:
                                        "while calls ran on NumPy)")
             self._finish("failed")
         elif status in ("program-error", "lost"):
-            with self._lock:  # the next call submits again
+            with self._lock:  # the next call (or, if lost in a fork, wait()) submits again
                 self._job = None
                 self._state = "idle"
+                if status == "program-error":
+                    self._payload = None
         else:  # failed: no worker, or it died; compile in this process on the next call
             self._finish("local")
 
     def _finish(self, state: str) -> None:
+        self._payload = None
         self._state = state
         self._ready.set()
 
@@ -151,7 +159,7 @@ class TieredRunner:
         """Block until calls run the compiled kernels (starting the compilation with
         ``args`` if none is running); False after ``timeout`` seconds; raises the
         compilation's ``BackendError`` if it failed."""
-        if args is not None and not self._ready.is_set():
+        if not self._ready.is_set():
             self._start(args)
         if self._job is None and not self._ready.is_set():
             return False  # nothing to wait for: no call has started a compilation

@@ -51,12 +51,42 @@ import threading
 #: module and function serving them (``SERVE``) can be replaced by tests, to inject
 #: failures into the child.
 BOOT = ("import sys, os, pickle\n"
-        "f = os.fdopen(int(sys.argv[1]), 'rb')\n"
-        "sys.path[:] = pickle.load(f)\n"
+        "fd = int(sys.argv[1])\n"
+        "n = int.from_bytes(os.read(fd, 8), 'little')\n"
+        "data = b''\n"
+        "while len(data) < n:\n"
+        "    data += os.read(fd, n - len(data))\n"
+        "sys.path[:] = pickle.loads(data)\n"
         "import importlib\n"
         "mod, fn = sys.argv[3].split(':')\n"
-        "getattr(importlib.import_module(mod), fn)(f, int(sys.argv[2]))\n")
+        "getattr(importlib.import_module(mod), fn)(fd, int(sys.argv[2]))\n")
 SERVE = "accel.backends.cpu.worker:serve"
+
+
+def write_message(fd: int, obj) -> None:
+    """Send ``obj`` (or bytes already pickled) as one message: its length, then it."""
+    data = obj if isinstance(obj, bytes) else pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(len(data).to_bytes(8, "little") + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_message(fd: int):
+    """The next message of ``fd`` (``EOFError`` at end of file).  Plain ``os.read``: no
+    buffered file object, whose lock a fork could copy in the locked state."""
+    head = _read_exactly(fd, 8)
+    return pickle.loads(_read_exactly(fd, int.from_bytes(head, "little")))
+
+
+def _read_exactly(fd: int, n: int) -> bytes:
+    parts, got = [], 0
+    while got < n:
+        b = os.read(fd, min(n - got, 1 << 20))
+        if not b:
+            raise EOFError
+        parts.append(b)
+        got += len(b)
+    return b"".join(parts)
 
 
 # --------------------------------------------------------------------------- child side
@@ -91,16 +121,15 @@ def run_job(job: dict) -> dict:
         return {**out, "status": "failed", "message": f"{type(e).__name__}: {e}"}
 
 
-def serve(jobs_file, result_fd: int, run=run_job) -> None:
-    """The worker's main loop: jobs from ``jobs_file``, results to ``result_fd``."""
+def serve(jobs_fd: int, result_fd: int, run=run_job) -> None:
+    """The worker's main loop: jobs from ``jobs_fd``, results to ``result_fd``."""
     os.environ["ACCEL_COMPILE_LOG"] = "0"  # the parent logs long compilations
-    results = os.fdopen(result_fd, "wb")
     todo: queue.Queue = queue.Queue()
 
     def read() -> None:
         try:
             while True:
-                todo.put(pickle.load(jobs_file))
+                todo.put(read_message(jobs_fd))
         except BaseException:  # noqa: BLE001 - end of file: the parent is gone or done
             pass
         os._exit(0)  # at once, even in the middle of a compilation
@@ -109,11 +138,10 @@ def serve(jobs_file, result_fd: int, run=run_job) -> None:
     while True:
         res = run(todo.get())
         try:
-            pickle.dump(res, results, protocol=pickle.HIGHEST_PROTOCOL)
+            data = pickle.dumps(res, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as e:  # noqa: BLE001 - e.g. an unpicklable signature
-            res = {"id": res["id"], "status": "failed", "message": f"cannot send: {e}"}
-            pickle.dump(res, results, protocol=pickle.HIGHEST_PROTOCOL)
-        results.flush()
+            data = {"id": res["id"], "status": "failed", "message": f"cannot send: {e}"}
+        write_message(result_fd, data)
 
 
 # --------------------------------------------------------------------------- parent side
@@ -158,13 +186,13 @@ class Worker:
         os.close(r_job)
         os.close(w_res)
         self.owner = os.getpid()
-        self.out = w_job  # a raw fd: no buffer whose copy a fork could flush
-        self.inp = os.fdopen(r_res, "rb")
+        # raw fds (``read_message``/``write_message``): no buffer or lock for a fork to copy
+        self.out, self.inp = w_job, r_res
         self.lock = threading.Lock()
         self.pending: dict = {}  # id -> Job
         self.closed = False
         self.outbox: queue.Queue = queue.Queue()
-        self.outbox.put(pickle.dumps([p for p in sys.path if isinstance(p, str)]))
+        self.outbox.put(pickle.dumps([p for p in sys.path if isinstance(p, str)]))  # BOOT's
         self.sender = threading.Thread(target=self._send, name="accel-compile-send",
                                        daemon=True)
         self.receiver = threading.Thread(target=self._receive, name="accel-compile-receive",
@@ -187,16 +215,14 @@ class Worker:
                 msg = self.outbox.get()
                 if msg is None:
                     break
-                data = memoryview(msg)
-                while data:
-                    data = data[os.write(self.out, data):]
+                write_message(self.out, msg)
         except BaseException as e:  # noqa: BLE001 - a dead worker; _receive reports it
             self._fail_all(f"cannot send to the compile worker: {e}")
 
     def _receive(self) -> None:
         try:
             while True:
-                res = pickle.load(self.inp)
+                res = read_message(self.inp)
                 with self.lock:
                     job = self.pending.pop(res.get("id"), None)
                 if job is not None:
@@ -234,12 +260,14 @@ class Worker:
         self._close()
 
     def _close(self) -> None:
-        out, self.out = self.out, None
-        for close in (lambda: out is not None and os.close(out), self.inp.close):
-            try:
-                close()
-            except OSError:
-                pass
+        fds = (self.out, self.inp)
+        self.out = self.inp = None
+        for fd in fds:
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     def forget_in_child(self) -> None:
         """After ``os.fork``, in the child: drop the copies of the pipes without touching

@@ -1,0 +1,118 @@
+"""First-result latency of the cpu backend, tiered and compiled-only (issue 22).
+
+Each measurement runs in a fresh process with an empty compile cache (a new
+``ACCEL_CACHE_DIR``), then once more with the cache that run left behind ("warm"):
+
+- ``first``: seconds from the program's ``A.compile`` to its first result (tracing, AD,
+  fusion, code generation and either the NumPy tier or numba compilation);
+- ``tier``: which tier ran the first call;
+- ``numpy_call``: a later call on the NumPy tier (tiered runs; median of up to 5 calls
+  made while the kernels compile);
+- ``ready``: seconds from ``A.compile`` until calls run compiled kernels (``wait()``);
+- ``steady``: the minimum of 5 compiled calls afterwards.
+
+Run: ``python benchmarks/first_call.py [--only gmm mlp] [--modes tiered compiled]``.
+A benchmark, not a test: cold numba compilations take minutes on a loaded machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def _program(name):
+    """``(call, compiled programs)`` for ``name``, compiled with the current tiering."""
+    import numpy as np
+
+    import accel as A
+    if name == "gmm":
+        from accel.adbench.gmm import GMMRunner
+        from accel.adbench.io import read_gmm
+        inp = read_gmm(os.path.join(ROOT, "adbench", "data", "gmm", "1k", "gmm_d2_K5.txt"))
+        r = GMMRunner("cpu", tiered=None)
+        return (lambda: r.value_and_gradient(inp)), [r.vg]
+    sys.path.insert(0, ROOT)
+    from benchmarks.corpus import nn
+    size = "small" if name == "mlp" else "default"
+    args = nn._mlp_inputs(size, np.random.default_rng(0))
+    g = A.compile(A.gradientA(nn.mlp_replicate, wrt=(0, 1, 2, 3)))
+    return (lambda: g(*args)), [g]
+
+
+def child(name: str) -> None:
+    t0 = time.perf_counter()
+    call, progs = _program(name)
+    call()
+    first = time.perf_counter() - t0
+    stats = progs[0].stats
+    last = progs[0]._cache[next(iter(progs[0]._cache))][1]  # the one signature's runner
+    tier = last.stats()["tier"]
+    numpy_calls = []
+    while tier == "numpy" and len(numpy_calls) < 5 and last.stats()["compile_state"] == "compiling":
+        t = time.perf_counter()
+        call()
+        numpy_calls.append(time.perf_counter() - t)
+    for p in progs:
+        p.wait()
+    ready = time.perf_counter() - t0
+    steady = []
+    for _ in range(5):
+        t = time.perf_counter()
+        call()
+        steady.append(time.perf_counter() - t)
+    s = last.stats()
+    assert s["tier"] == "compiled", s["tier"]
+    del stats
+    print(json.dumps(dict(program=name, first=first, tier=tier, ready=ready,
+                          numpy_call=statistics.median(numpy_calls) if numpy_calls else None,
+                          steady=min(steady), kernels=s["kernels"],
+                          switch=s.get("switch_seconds"),
+                          background=s.get("background_compile_seconds"))))
+
+
+def measure(name: str, mode: str, cache: str) -> dict:
+    env = dict(os.environ, ACCEL_CACHE_DIR=cache, ACCEL_TIERED="1" if mode == "tiered" else "0")
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", name],
+                         env=env, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-3000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", nargs="*", default=["mlp", "gmm"],
+                   help="programs: mlp (small sizes), mlp-default, gmm")
+    p.add_argument("--modes", nargs="*", default=["tiered", "compiled"])
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    opts = p.parse_args()
+    if opts.child:
+        child(opts.child)
+        return
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    print("program      mode      cache  first(s) tier     numpy call(s) ready(s) "
+          "steady(ms) kernels", flush=True)
+    for name in opts.only:
+        for mode in opts.modes:
+            cache = tempfile.mkdtemp(prefix="accel-first-call-")
+            for warmth in ("cold", "warm"):
+                r = measure(name, mode, cache)
+                nc = f"{r['numpy_call']:.3f}" if r["numpy_call"] is not None else "-"
+                print(f"{name:12s} {mode:9s} {warmth:5s} {r['first']:8.2f} {r['tier']:8s} "
+                      f"{nc:>13s} {r['ready']:8.1f} {r['steady'] * 1e3:10.3f} {r['kernels']:7d}",
+                      flush=True)
+    print(f"load average at end: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
