@@ -40,6 +40,16 @@ def _rows_then_scan(x):
     return A.scanl1(lambda a, b: a + b, A.sum(A.map(lambda v: v * v, x)))
 
 
+def _matvec(lm, x):
+    """sum tanh(y) with y[i, k, r] = sum_j L[k, r, j] x[i, k, j] (the GMM's products): the
+    cpu runner reads L through a transposed copy, a rewrite whose fresh names differ
+    between processes (the worker must compile the caller's rewritten program)."""
+    n, k, d = x.shape[0], x.shape[1], x.shape[2]
+    y = A.sum(A.generate((n, k, d, d),
+                         lambda ix: lm[ix[1], ix[2], ix[3]] * x[ix[0], ix[1], ix[3]]))
+    return A.sum_all(A.map(A.tanh, y))
+
+
 rng = np.random.default_rng(7)
 X = rng.standard_normal((37, 50))
 Y = rng.standard_normal((37, 50))
@@ -47,6 +57,8 @@ PROGRAMS = {
     "primal": (_dot_tanh, (X, Y)),
     "gradient": (A.gradientA(_logsumexp), (X,)),
     "fold-scan": (_rows_then_scan, (X,)),
+    "matvec-gradient": (A.gradientA(_matvec), (rng.standard_normal((3, 5, 5)),
+                                               rng.standard_normal((40, 3, 5)))),
 }
 
 

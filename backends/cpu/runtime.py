@@ -203,8 +203,10 @@ _POOL_REFS = _pool_refs()
 class Runner:
     """A kernel program compiled for the CPU: ``runner(args)`` runs it."""
 
-    def __init__(self, kp: KernelProgram, check_bounds: bool = False):
-        self.kp = kp = transpose_reads(kp)
+    def __init__(self, kp: KernelProgram, check_bounds: bool = False, rewritten: bool = False):
+        # ``rewritten``: ``kp`` is another runner's ``.kp`` (its reads already transposed;
+        # the compile worker gets it so, as the rewrite's fresh names differ by process)
+        self.kp = kp = kp if rewritten else transpose_reads(kp)
         self.check_bounds = bool(check_bounds)
         t0 = time.perf_counter()
         self.gen = codegen.generate(kp.body, self.check_bounds)

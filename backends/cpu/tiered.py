@@ -67,7 +67,7 @@ class TieredRunner:
     kernels compile in the worker process (module docstring)."""
 
     def __init__(self, kp, check_bounds: bool = False):
-        self.kp = kp  # as fused: the worker's Runner applies the runtime's rewrites itself
+        self.kp = kp  # the NumPy tier runs it as fused it (the worker gets compiled.kp)
         self.check_bounds = check_bounds
         self.compiled = Runner(kp, check_bounds)  # codegen + module load: no compilation
         self._hash = source_hash(self.compiled.gen.source)
@@ -112,7 +112,7 @@ class TieredRunner:
             if self._job is not None or self._ready.is_set():
                 return
             if args is not None:
-                self._payload = {"kp": self.kp, "check_bounds": self.check_bounds,
+                self._payload = {"kp": self.compiled.kp, "check_bounds": self.check_bounds,
                                  "args": list(args), "hash": self._hash, "env": _accel_env(),
                                  "cache_dir": os.path.dirname(self.compiled.module.__file__)}
             elif self._payload is None:

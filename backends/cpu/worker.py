@@ -9,8 +9,9 @@ kernels from numba's disk cache (``cache.load``; GMM gradient: 31 functions in 0
 Protocol.  The parent starts one worker per process, lazily, with ``sys.executable``
 and two pipes (``pass_fds``): it writes pickled jobs to one and reads pickled results
 from the other.  The first message is the parent's ``sys.path`` (so the child imports
-the same ``accel``), then each job is a dict: ``id``, ``kp`` (the fused kernel program,
-before the runtime's rewrites), ``check_bounds``, ``args`` (the NumPy arguments of the
+the same ``accel``), then each job is a dict: ``id``, ``kp`` (the parent runner's kernel
+program, after the runtime's rewrites, whose fresh names depend on the process),
+``check_bounds``, ``args`` (the NumPy arguments of the
 call that started it), ``hash`` (the sha256 of the parent's generated module, which the
 child must reproduce), ``cache_dir`` (the parent's module directory, so both processes
 use the same numba cache even when it is a private temporary one) and ``env`` (the
@@ -105,7 +106,7 @@ def run_job(job: dict) -> dict:
         os.environ.update(job["env"])
         os.environ["ACCEL_CACHE_DIR"] = job["cache_dir"]
         t0 = time.perf_counter()
-        runner = Runner(job["kp"], job["check_bounds"])
+        runner = Runner(job["kp"], job["check_bounds"], rewritten=True)
         if source_hash(runner.gen.source) != job["hash"]:
             return {**out, "status": "failed",
                     "message": "the worker generated a different module than the caller"}
