@@ -20,7 +20,7 @@ import pytest
 
 import accel as A
 from accel.backends import fused
-from accel.backends.cpu import worker
+from accel.backends.cpu import tiered, worker
 
 WAIT = 600  # seconds: a cold compilation on a loaded 2-core machine
 
@@ -66,14 +66,23 @@ def _tuple(r):
     return r if isinstance(r, tuple) else (r,)
 
 
+@pytest.fixture(autouse=True)
+def own_jobs():
+    """Each test's tiered runners submit jobs of their own (runners of a module whose job
+    an earlier test finished would otherwise run compiled from their first call)."""
+    tiered.forget_jobs()
+
+
 @pytest.fixture
 def fresh_worker():
     """A worker started by the test (and ended after it), with ``worker.SERVE`` restored."""
     worker.shutdown()
+    tiered.forget_jobs()
     serve = worker.SERVE
     yield
     worker.SERVE = serve
     worker.shutdown()
+    tiered.forget_jobs()
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -168,6 +177,15 @@ def test_dead_worker_falls_back_to_compiling_here(fresh_worker):
     assert c.stats(*args)["tier"] == "compiled"
 
 
+def test_runners_of_one_module_share_its_job():
+    """``A.run`` in a loop: once the module's job has ended, new runners run compiled."""
+    f, args = PROGRAMS["fold-scan"]
+    A.compile(f, tiered=True).wait(*args, timeout=WAIT)
+    c = A.compile(f, tiered=True)
+    c(*args)
+    assert c.stats(*args)["tier"] == "compiled"
+
+
 def test_one_log_line_for_a_long_compilation(monkeypatch, caplog):
     monkeypatch.setenv("ACCEL_COMPILE_LOG", "0.001")
     f, args = PROGRAMS["primal"]
@@ -180,6 +198,7 @@ def test_one_log_line_for_a_long_compilation(monkeypatch, caplog):
     assert len(lines) == 1 and "compiling" in lines[0].getMessage()
     caplog.clear()
     monkeypatch.setenv("ACCEL_COMPILE_LOG", "0")
+    tiered.forget_jobs()
     with caplog.at_level(logging.WARNING, logger="accel"):
         c = A.compile(f, tiered=True)
         c(*args)
@@ -191,7 +210,7 @@ _SCRIPT = textwrap.dedent("""
     import os, signal, sys
     import numpy as np
     import accel as A
-    from accel.backends.cpu import worker
+    from accel.backends.cpu import tiered, worker
     c = A.compile(lambda x: A.sum_all(A.map(A.sin, x)), tiered=True)
     c(np.arange(10.0))
     print(worker.worker_pid(), flush=True)
@@ -220,7 +239,7 @@ _FORK = textwrap.dedent("""
     import os
     import numpy as np
     import accel as A
-    from accel.backends.cpu import worker
+    from accel.backends.cpu import tiered, worker
     c = A.compile(lambda x: A.sum_all(A.map(A.cos, x)), tiered=True)
     x = np.arange(10.0)
     want = np.cos(x).sum()

@@ -44,9 +44,9 @@ class _Nothing:
 def watch(source: str, kp, background: bool = False):
     """A started timer (``.cancel()`` it when the compilation ends) that logs one line
     if the compilation of the module ``source`` (of the kernel program ``kp``) is still
-    running after :func:`threshold` seconds."""
+    running after :func:`threshold` seconds (``source`` None: a timer that never logs)."""
     secs = threshold()
-    if secs is None:
+    if secs is None or source is None:
         return _Nothing()
     from accel.backends.numba.cache import source_hash
     what = (f"accel cpu backend: compiling {count_loops(kp.body)} kernels "

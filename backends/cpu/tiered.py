@@ -119,13 +119,30 @@ class TieredRunner:
                 return
             self._state = "compiling"
             self._t0 = time.perf_counter()
+            with _jobs_lock:  # one job per module in a process (e.g. ``A.run`` in a loop)
+                job = _jobs.get(self._hash)
+                if job is not None and (job.result is None or job.result["status"] == "ok"):
+                    self._job = job
+                    self._payload = None
+            if self._job is not None:
+                self._watch = compilelog.watch(None, None)  # the job's first runner logs
+                self._job.add_done(self._done)
+                return
             self._watch = compilelog.watch(self.compiled.gen.source, self.kp, background=True)
-            self._job = worker.submit(self._payload, self._done)
+            self._job = job = worker.submit(self._payload, self._done)
+            with _jobs_lock:
+                if job.result is None or job.result["status"] == "ok":
+                    _jobs[self._hash] = job
 
     def _done(self, res: dict) -> None:
-        """The worker's answer (on the receiving thread, or at once if no worker)."""
+        """The worker's answer (on the receiving thread, or at once if no worker or if
+        the module's job had already ended)."""
         self._watch.cancel()
         status = res.get("status")
+        if status != "ok":
+            with _jobs_lock:  # the next runner of this module submits a job of its own
+                if self._job is not None and _jobs.get(self._hash) is self._job:
+                    del _jobs[self._hash]
         self._background_seconds = time.perf_counter() - self._t0
         if status == "ok":
             t0 = time.perf_counter()
@@ -189,6 +206,20 @@ class TieredRunner:
 
     def release_buffers(self) -> None:
         self.compiled.release_buffers()
+
+
+#: source hash -> the job compiling (or that compiled) that module in this process: a new
+#: runner of the same module (``A.run`` of one program in a loop) joins it, and runs
+#: compiled at once when it ended well.  Failed jobs are forgotten.
+_jobs: dict = {}
+_jobs_lock = threading.Lock()
+
+
+def forget_jobs() -> None:
+    """Forget the jobs of every module (for tests: the next runner of each submits its
+    own job to the worker, instead of joining a finished one)."""
+    with _jobs_lock:
+        _jobs.clear()
 
 
 def _accel_env() -> dict:

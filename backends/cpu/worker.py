@@ -149,20 +149,35 @@ def serve(jobs_fd: int, result_fd: int, run=run_job) -> None:
 
 
 class Job:
-    """A job sent to the worker; ``done`` is set when ``result`` holds its answer."""
+    """A job sent to the worker; ``done`` is set when ``result`` holds its answer.
+    Callbacks (``on_done``, :meth:`add_done`) get the result on the receiving thread,
+    or at once if it is already there."""
 
     def __init__(self, ident: int, data: bytes, on_done):
         self.id = ident
         self.data = data  # the pickled payload (pickled by the caller: a snapshot)
-        self.on_done = on_done  # called with the result dict, on the receiving thread
+        self.callbacks = [on_done]
+        self.lock = threading.Lock()
         self.done = threading.Event()
         self.result: dict | None = None
 
+    def add_done(self, fn) -> None:
+        with self.lock:
+            if self.result is None:
+                self.callbacks.append(fn)
+                return
+        fn(self.result)
+
     def finish(self, result: dict) -> None:
-        self.result = result
-        self.data = None  # the arguments are no longer needed
+        with self.lock:
+            if self.result is not None:
+                return
+            self.result = result
+            self.data = None  # the arguments are no longer needed
+            callbacks, self.callbacks = self.callbacks, []
         try:
-            self.on_done(result)
+            for fn in callbacks:
+                fn(result)
         finally:
             self.done.set()
 
