@@ -10,16 +10,25 @@ the worker is done, the receiving thread loads the kernels from the cache (well 
 second) and the following calls run them.  ``stats()["tier"]`` says which tier ran the
 last call (``"numpy"`` or ``"compiled"``).
 
-Why a process, not a thread (``benchmarks/first_call.py``; 2 shared cores, loaded):
-numba holds the GIL for most of a compilation.  With the GMM gradient compiling in a
-thread, the caller's NumPy calls took a median 23.5 ms instead of 11.8 and up to 790
-ms (the GIL held through a whole LLVM pass), and any other numba compilation of the
-process waits behind numba's global compiler lock.  With a worker process the same calls
-took a median 24.5 ms (the machine's load: alone in that run they took 7.6 ms) and at
-most 86 ms, the compilation runs on the other core, and the kernels it writes to the
-disk cache stay there for later processes even if this one exits first.  The price is
-starting a Python interpreter that imports numba (about 1 s of CPU, once per process)
-and pickling the arguments of the first call to it.
+Why a process, not a thread (``benchmarks/compile_contention.py``, calls made back to
+back while an empty cache compiles; 2 cores shared with other sessions, load 3-6):
+
+=================  ==========  ===========================  ===========================
+program            alone       thread: median / max         process: median / max
+=================  ==========  ===========================  ===========================
+GMM gradient 1k    7.6-12 ms   23.5 ms / 790 ms (161 s)     24.5 ms / 86 ms (188 s)
+MLP gradient       16-22 ms    42 ms / 1727 ms (129 s)      52 ms / 194 ms (154 s)
+=================  ==========  ===========================  ===========================
+
+(in parentheses: until the kernels were compiled).  On this oversubscribed machine the
+median call is 2-3x slower either way and the compile times are within the load's
+noise, but a compiling thread stalls the caller for up to 1.7 s at a time: numba holds
+the GIL through whole passes.  A thread would also hold numba's global compiler lock,
+blocking every other compilation in the process (another program's compiled-only
+call), and its work would be lost with the process, where the worker's kernels stay in
+the disk cache for the next run.  The price of a process: starting an interpreter that
+imports numba (about 1 s of CPU, once per process) and pickling the first call's
+arguments to it.
 
 Semantics.  Both tiers evaluate the same fused kernel program, so results differ only by
 floating-point reassociation (the compiled folds combine rows in blocks and chunks;
