@@ -49,8 +49,9 @@ def watch(source: str, kp, background: bool = False):
     if secs is None or source is None:
         return _Nothing()
     from accel.backends.numba.cache import source_hash
-    what = (f"accel cpu backend: compiling {count_loops(kp.body)} kernels "
-            f"(module {source_hash(source)[:12]}) with numba; over {secs:g} s so far")
+    what = (f"accel cpu backend: numba has been compiling a program's kernels for over "
+            f"{secs:g} s (a program of {count_loops(kp.body)} kernels, module "
+            f"{source_hash(source)[:12]})")
     if background:
         what += ("; calls run on NumPy until it finishes (ACCEL_TIERED=0 or "
                  "compiled.wait() to wait for the compiled kernels instead)")
