@@ -97,7 +97,9 @@ def test_tiers_agree_and_switch(name):
     s = c.stats(*args)
     assert s["tier"] == "compiled" and s["compile_state"] == "ready"
     assert s["numpy_calls"] == 1 and s["compiled_calls"] == 1
+    assert len(_tuple(first)) == len(_tuple(then))
     for a, b in zip(_tuple(first), _tuple(then)):
+        assert type(a) is type(b) and a.shape == b.shape and a.dtype == b.dtype
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
     reference = A.run(f, *args, backend="interpreter")
     for a, b in zip(_tuple(reference), _tuple(then)):
