@@ -9,7 +9,9 @@ Each measurement runs in a fresh process with an empty compile cache (a new
 - ``numpy_call``: a later call on the NumPy tier (tiered runs; median of up to 5 calls
   made while the kernels compile);
 - ``ready``: seconds from ``A.compile`` until calls run compiled kernels (``wait()``);
-- ``steady``: the minimum of 5 compiled calls afterwards.
+- ``steady``: the minimum of 5 compiled calls afterwards;
+- ``state``: how the tiered run's kernels arrived (``ready``: from the worker; ``local``:
+  the worker failed and the caller compiled them).
 
 Run: ``python benchmarks/first_call.py [--only gmm mlp] [--modes tiered compiled]``.
 A benchmark, not a test: cold numba compilations take minutes on a loaded machine.
@@ -54,7 +56,6 @@ def child(name: str) -> None:
     call, progs = _program(name)
     call()
     first = time.perf_counter() - t0
-    stats = progs[0].stats
     last = progs[0]._cache[next(iter(progs[0]._cache))][1]  # the one signature's runner
     tier = last.stats()["tier"]
     numpy_calls = []
@@ -72,11 +73,10 @@ def child(name: str) -> None:
         steady.append(time.perf_counter() - t)
     s = last.stats()
     assert s["tier"] == "compiled", s["tier"]
-    del stats
     print(json.dumps(dict(program=name, first=first, tier=tier, ready=ready,
                           numpy_call=statistics.median(numpy_calls) if numpy_calls else None,
                           steady=min(steady), kernels=s["kernels"],
-                          switch=s.get("switch_seconds"),
+                          switch=s.get("switch_seconds"), state=s.get("compile_state"),
                           background=s.get("background_compile_seconds"))))
 
 
@@ -101,7 +101,7 @@ def main() -> None:
         return
     print(f"load average at start: {os.getloadavg()}", flush=True)
     print("program      mode      cache  first(s) tier     numpy call(s) ready(s) "
-          "steady(ms) kernels", flush=True)
+          "steady(ms) kernels state", flush=True)
     for name in opts.only:
         for mode in opts.modes:
             cache = tempfile.mkdtemp(prefix="accel-first-call-")
@@ -109,7 +109,8 @@ def main() -> None:
                 r = measure(name, mode, cache)
                 nc = f"{r['numpy_call']:.3f}" if r["numpy_call"] is not None else "-"
                 print(f"{name:12s} {mode:9s} {warmth:5s} {r['first']:8.2f} {r['tier']:8s} "
-                      f"{nc:>13s} {r['ready']:8.1f} {r['steady'] * 1e3:10.3f} {r['kernels']:7d}",
+                      f"{nc:>13s} {r['ready']:8.1f} {r['steady'] * 1e3:10.3f} {r['kernels']:7d} "
+                      f"{r['state'] or '-'}",
                       flush=True)
     print(f"load average at end: {os.getloadavg()}")
 

@@ -315,14 +315,18 @@ def submit(payload: dict, on_done) -> Job:
         job.finish({"id": ident, "status": "failed", "message": f"cannot pickle: {e}"})
         return job
     job = Job(ident, data, on_done)
+    old = None
     with _lock:
         w = _worker
         if w is None or w.closed:
+            old = w  # exited, or its pipe broke: make sure its process ends
             try:
                 w = _worker = Worker()
             except Exception as e:  # noqa: BLE001 - no process here: compile in-process
                 w = None
                 failure = f"cannot start the compile worker: {type(e).__name__}: {e}"
+    if old is not None:
+        old.shutdown()
     if w is None:
         job.finish({"id": ident, "status": "failed", "message": failure})
     else:
