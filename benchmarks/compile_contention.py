@@ -32,20 +32,17 @@ ROOT = os.path.dirname(HERE)
 
 def _program(name):
     """``(program, args)``."""
-    import numpy as np
-
     import accel as A
     if name == "gmm":
         from accel.adbench import gmm
         from accel.adbench.io import read_gmm
         inp = read_gmm(os.path.join(ROOT, "adbench", "data", "gmm", "1k", "gmm_d2_K5.txt"))
-        r = gmm.GMMRunner("cpu")
-        xs, nb, prior = r.chunks(inp)[0]
-        return gmm.value_and_gradient, tuple(np.asarray(a) for a in r._args(inp, xs, nb, prior))
+        return gmm.value_and_gradient, (inp.alphas, inp.means, inp.icf, inp.x_stored,
+                                         gmm.constants(inp.d, inp.k, inp.n, inp.gamma, inp.m))
     sys.path.insert(0, ROOT)
     from benchmarks.corpus import nn
-    return (A.gradientA(nn.mlp_replicate, wrt=(0, 1, 2, 3)),
-            tuple(nn._mlp_inputs("small", np.random.default_rng(0))))
+    (mlp,) = [p for p in nn.PROGRAMS if p.name == "mlp"]
+    return A.gradientA(nn.mlp_replicate, wrt=mlp.wrt), tuple(mlp.args("small"))
 
 
 def child(name: str, mode: str) -> None:

@@ -33,45 +33,46 @@ ROOT = os.path.dirname(HERE)
 
 
 def _program(name):
-    """``(call, compiled programs)`` for ``name``, compiled with the current tiering."""
-    import numpy as np
+    """``(call, compiled program, arguments of its signature)`` for ``name``, compiled
+    with the current tiering."""
 
     import accel as A
     if name == "gmm":
-        from accel.adbench.gmm import GMMRunner
+        from accel.adbench import gmm
         from accel.adbench.io import read_gmm
         inp = read_gmm(os.path.join(ROOT, "adbench", "data", "gmm", "1k", "gmm_d2_K5.txt"))
-        r = GMMRunner("cpu", tiered=None)
-        return (lambda: r.value_and_gradient(inp)), [r.vg]
+        r = gmm.GMMRunner("cpu", tiered=None)
+        sig = (inp.alphas, inp.means, inp.icf, inp.x_stored,
+               gmm.constants(inp.d, inp.k, inp.n, inp.gamma, inp.m))
+        return (lambda: r.value_and_gradient(inp)), r.vg, sig
     sys.path.insert(0, ROOT)
     from benchmarks.corpus import nn
-    size = "small" if name == "mlp" else "default"
-    args = nn._mlp_inputs(size, np.random.default_rng(0))
-    g = A.compile(A.gradientA(nn.mlp_replicate, wrt=(0, 1, 2, 3)))
-    return (lambda: g(*args)), [g]
+    (mlp,) = [p for p in nn.PROGRAMS if p.name == "mlp"]
+    args = mlp.args("small" if name == "mlp" else "default")
+    g = A.compile(A.gradientA(nn.mlp_replicate, wrt=mlp.wrt))
+    return (lambda: g(*args)), g, args
 
 
 def child(name: str) -> None:
     t0 = time.perf_counter()
-    call, progs = _program(name)
+    call, prog, sig = _program(name)
     call()
     first = time.perf_counter() - t0
-    last = progs[0]._cache[next(iter(progs[0]._cache))][1]  # the one signature's runner
-    tier = last.stats()["tier"]
+    tier = prog.stats(*sig)["tier"]
     numpy_calls = []
-    while tier == "numpy" and len(numpy_calls) < 5 and last.stats()["compile_state"] == "compiling":
+    while (tier == "numpy" and len(numpy_calls) < 5
+           and prog.stats(*sig)["compile_state"] == "compiling"):
         t = time.perf_counter()
         call()
         numpy_calls.append(time.perf_counter() - t)
-    for p in progs:
-        p.wait()
+    prog.wait()
     ready = time.perf_counter() - t0
     steady = []
     for _ in range(5):
         t = time.perf_counter()
         call()
         steady.append(time.perf_counter() - t)
-    s = last.stats()
+    s = prog.stats(*sig)
     assert s["tier"] == "compiled", s["tier"]
     print(json.dumps(dict(program=name, first=first, tier=tier, ready=ready,
                           numpy_call=statistics.median(numpy_calls) if numpy_calls else None,
