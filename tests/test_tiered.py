@@ -122,6 +122,16 @@ def test_calls_switch_without_waiting():
     assert c.stats(*args)["tier"] == "compiled"
 
 
+def test_wait_with_arguments_compiles_before_any_call():
+    f, args = PROGRAMS["fold-scan"]
+    c = A.compile(f, tiered=True)
+    assert c.wait(timeout=0)  # no signature called yet: nothing to wait for
+    assert c.wait(*args, timeout=WAIT)
+    c(*args)
+    s = c.stats(*args)
+    assert s["tier"] == "compiled" and s["numpy_calls"] == 0
+
+
 def test_compiled_only_never_runs_numpy(monkeypatch):
     def no(*a, **k):
         raise AssertionError("the NumPy tier ran")
