@@ -10,25 +10,27 @@ the worker is done, the receiving thread loads the kernels from the cache (well 
 second) and the following calls run them.  ``stats()["tier"]`` says which tier ran the
 last call (``"numpy"`` or ``"compiled"``).
 
-Why a process, not a thread (``benchmarks/compile_contention.py``, calls made back to
-back while an empty cache compiles; 2 cores shared with other sessions, load 3-6):
+Why a process, not a thread (``benchmarks/compile_contention.py``: calls made back to
+back while the kernels compile into an empty cache; 2 cores shared with other sessions,
+load average 3-5; two runs, the second with the committed script):
 
-=================  ==========  ===========================  ===========================
-program            alone       thread: median / max         process: median / max
-=================  ==========  ===========================  ===========================
-GMM gradient 1k    7.6-12 ms   23.5 ms / 790 ms (161 s)     24.5 ms / 86 ms (188 s)
-MLP gradient       16-22 ms    42 ms / 1727 ms (129 s)      52 ms / 194 ms (154 s)
-=================  ==========  ===========================  ===========================
+============  =======  ==================================  ==================================
+program       alone    thread: median / max, compiled in   process: median / max, compiled in
+============  =======  ==================================  ==================================
+GMM gradient  8-12 ms  24 / 790-832 ms, 152-161 s          24-25 / 86-171 ms, 188-227 s
+MLP gradient  16-27    37-42 / 685-1727 ms, 113-129 s      24-52 / 160-194 ms, 121-154 s
+============  =======  ==================================  ==================================
 
-(in parentheses: until the kernels were compiled).  On this oversubscribed machine the
-median call is 2-3x slower either way and the compile times are within the load's
-noise, but a compiling thread stalls the caller for up to 1.7 s at a time: numba holds
-the GIL through whole passes.  A thread would also hold numba's global compiler lock,
-blocking every other compilation in the process (another program's compiled-only
-call), and its work would be lost with the process, where the worker's kernels stay in
-the disk cache for the next run.  The price of a process: starting an interpreter that
-imports numba (about 1 s of CPU, once per process) and pickling the first call's
-arguments to it.
+A compiling thread stalls the caller for up to 1.7 s at a time (numba holds the GIL
+through whole passes) and lets it make about half as many calls (GMM: 5371 calls in 152
+s against 9070 in 227 s); a process never stalls it for more than 0.2 s.  The thread's
+compilation finished sooner here because the GIL throttled the caller's competing
+calls; with a caller that is not calling back to back the process has a core to
+itself.  A thread would also hold numba's global compiler lock, blocking every other
+compilation in the process (another program's compiled-only call), and its work would
+be lost with the process, where the worker's kernels stay in the disk cache for the
+next run.  The price of a process: starting an interpreter that imports numba (about
+1 s of CPU, once per process) and pickling the first call's arguments to it.
 
 Semantics.  Both tiers evaluate the same fused kernel program, so results differ only by
 floating-point reassociation (the compiled folds combine rows in blocks and chunks;
