@@ -6,7 +6,10 @@
 rank) signature, runs the optimisation passes listed in ``PASSES`` and hands
 the result to a backend.  Each backend module provides
 ``prepare(program, check_bounds) -> runner`` where ``runner(args)`` returns
-NumPy values; ``stats`` of the prepared runner report what it runs.
+NumPy values; ``stats`` of the prepared runner report what it runs.  A backend that can
+run a program on a tier needing no compilation while its kernels compile (``cpu``, see
+``backends/cpu/tiered.py``) says so with ``TIERED = True``; it then takes ``tiered``
+(``None``: ``$ACCEL_TIERED``) and its runners have ``wait(timeout)``.
 """
 
 from __future__ import annotations
@@ -49,11 +52,14 @@ def optimise(prog: N.Program, timings: dict | None = None) -> N.Program:
     return prog
 
 
-def prepare(prog: N.Program, backend: str, check_bounds: bool):
-    """A runner for ``prog`` on ``backend`` (fusing first for kernel backends)."""
+def prepare(prog: N.Program, backend: str, check_bounds: bool, tiered: bool | None = None):
+    """A runner for ``prog`` on ``backend`` (fusing first for kernel backends); ``tiered``
+    is passed to backends that have tiers (``TIERED``) and ignored by the others."""
     module = get_backend(backend)
     if hasattr(module, "prepare_kernels"):
         from .fusion.fuse import fuse
+        if getattr(module, "TIERED", False):
+            return module.prepare_kernels(fuse(prog), check_bounds, tiered=tiered)
         return module.prepare_kernels(fuse(prog), check_bounds)
     return module.prepare(prog, check_bounds)
 
@@ -84,10 +90,12 @@ def convert_args(args, op: str = "run") -> list:
 class Compiled:
     """A program compiled once per (dtype, rank) signature (Accelerate's ``runN``)."""
 
-    def __init__(self, fn, backend: str = "cpu", check_bounds: bool = False):
+    def __init__(self, fn, backend: str = "cpu", check_bounds: bool = False,
+                 tiered: bool | None = None):
         self.fn = fn
         self.backend = backend
         self.check_bounds = check_bounds
+        self.tiered = tiered
         self._cache: dict = {}
         self._by_dtypes: dict = {}  # ((dtype, ndim) per argument) -> an entry of _cache
         get_backend(backend)
@@ -103,7 +111,7 @@ class Compiled:
         entry = self._cache.get(sig)
         if entry is None:
             prog = optimise(trace_program(self.fn, sig))
-            runner = prepare(prog, self.backend, self.check_bounds)
+            runner = prepare(prog, self.backend, self.check_bounds, self.tiered)
             entry = self._cache[sig] = (prog, runner)
         self._by_dtypes[key] = entry
         return entry
@@ -137,6 +145,25 @@ class Compiled:
                 release()
 
     @located
+    def wait(self, *args, timeout: float | None = None) -> bool:
+        """Wait until the compiled kernels run the calls (tiered execution, see the
+        README): for the signature of ``args`` (starting its compilation if no call has
+        yet), or with no arguments for every signature called so far.  True when they
+        do, False if ``timeout`` seconds passed first; raises ``BackendError`` if the
+        compilation failed.  Immediate on untiered runners."""
+        if args:
+            args = convert_args(args)
+            wait = getattr(self._entry(args)[1], "wait", None)
+            return True if wait is None else wait(timeout, args)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for _, runner in list(self._cache.values()):
+            wait = getattr(runner, "wait", None)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if wait is not None and not wait(left):
+                return False
+        return True
+
+    @located
     def stats(self, *args) -> dict:
         """Facts about the compiled program, at least ``{"kernels": n}``."""
         prog, runner = self._entry(convert_args(args))
@@ -144,15 +171,19 @@ class Compiled:
 
 
 @located
-def compile(fn, backend: str = "cpu", check_bounds: bool = False) -> Compiled:  # noqa: A001
-    """Compile ``fn`` for ``backend``; the result compiles per signature and then runs."""
-    return Compiled(fn, backend, check_bounds)
+def compile(fn, backend: str = "cpu", check_bounds: bool = False,  # noqa: A001
+            tiered: bool | None = None) -> Compiled:
+    """Compile ``fn`` for ``backend``; the result compiles per signature and then runs.
+    ``tiered`` (cpu backend; default ``$ACCEL_TIERED``, on unless it is ``0``): the first
+    calls run on NumPy while the kernels compile in a background process."""
+    return Compiled(fn, backend, check_bounds, tiered)
 
 
 @located
-def run(fn, *args, backend: str = "cpu", check_bounds: bool = False):
+def run(fn, *args, backend: str = "cpu", check_bounds: bool = False,
+        tiered: bool | None = None):
     """Trace, compile and run ``fn`` on NumPy arguments; return NumPy results."""
-    return compile(fn, backend, check_bounds)(*args)
+    return compile(fn, backend, check_bounds, tiered)(*args)
 
 
 @located

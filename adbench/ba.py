@@ -355,14 +355,16 @@ class BARunner:
     (:func:`jacobian_entries`), each written into place in the CSR arrays, so the
     per-observation blocks of only one chunk are alive at a time; column indices are
     int32 when every index fits.  ba20 (29M observations) then peaks below 15 GB, where
-    one program over all observations with int64 indices needed 22 GB.
+    one program over all observations with int64 indices needed 22 GB.  ``tiered`` is
+    ``A.compile``'s (the cpu backend's first calls on NumPy; benchmarks pass False).
     """
 
-    def __init__(self, backend: str = "fused", chunk: int = 1 << 20):
+    def __init__(self, backend: str = "fused", chunk: int = 1 << 20,
+                 tiered: bool | None = None):
         self.backend = backend
         self.chunk = chunk
-        self.res = A.compile(residuals, backend=backend)
-        self.entries = A.compile(jacobian_entries, backend=backend)
+        self.res = A.compile(residuals, backend=backend, tiered=tiered)
+        self.entries = A.compile(jacobian_entries, backend=backend, tiered=tiered)
 
     @staticmethod
     def arrays(inp):

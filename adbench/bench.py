@@ -138,7 +138,7 @@ def _gmm_tools(inp, names, backends):
     x = inp.x
     if "accel" in names:
         for be in backends:
-            runner = _gmm.GMMRunner(be)
+            runner = _gmm.GMMRunner(be, tiered=False)  # time the kernels
             t = Tool(accel_tool_name(be))
             t.compiled = True
             t.objective = lambda r=runner: r.objective(inp)
@@ -168,7 +168,7 @@ def _ba_tools(inp, names, backends):
     arrays = (inp.cams, inp.points, inp.weights, inp.features, inp.obs)
     if "accel" in names:
         for be in backends:
-            runner = _ba.BARunner(be)
+            runner = _ba.BARunner(be, tiered=False)  # time the kernels
             t = Tool(f"accel-{be}")
             t.compiled = True
             t.objective = lambda r=runner: r.residuals(inp, arrays)[0]

@@ -294,17 +294,18 @@ class GMMRunner:
     for the NumPy-evaluated backends, whose temporaries are whole arrays, and
     (points, K, D) for the fusing ``cpu`` and ``cuda`` backends, which never build the
     (points, K, D, D) products).  Both programs are compiled once per backend and reused for
-    every chunk and every file of the same ranks.
+    every chunk and every file of the same ranks.  ``tiered`` is ``A.compile``'s (the cpu
+    backend's first calls on NumPy while the kernels compile; benchmarks pass False).
     """
 
     def __init__(self, backend: str = "fused", chunk: int | None = None,
-                 budget: int | None = None):
+                 budget: int | None = None, tiered: bool | None = None):
         self.backend = backend
         self.chunk = chunk
         self.fusing = backend in ("cpu", "cuda")
         self.budget = budget or (1 << 20 if self.fusing else 1 << 17)
-        self.f = A.compile(objective, backend=backend)
-        self.vg = A.compile(value_and_gradient, backend=backend)
+        self.f = A.compile(objective, backend=backend, tiered=tiered)
+        self.vg = A.compile(value_and_gradient, backend=backend, tiered=tiered)
 
     def chunks(self, inp):
         per_point = inp.k * inp.d * (1 if self.fusing else inp.d)

@@ -5,6 +5,11 @@ CUDA simulator when this machine has no NVIDIA GPU.  ``NUMBA_ENABLE_CUDASIM`` mu
 set before ``numba.cuda`` is first imported (numba#3075), so it is set here, before
 any test module imports accel or the backends.  Set ``NUMBA_ENABLE_CUDASIM=0`` in the
 environment to opt out explicitly (the CUDA tests are then skipped without a GPU).
+
+The cpu backend's tiered execution (first calls on NumPy while the kernels compile in a
+worker process) is off for the whole session, whatever the environment says, so that
+every cpu test runs the numba kernels; ``tests/test_tiered.py`` turns it on per
+program (``A.compile(..., tiered=True)``).  The log line about long compilations is off.
 """
 
 import glob
@@ -14,6 +19,9 @@ import os
 def _has_nvidia_gpu() -> bool:
     return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/proc/driver/nvidia/gpus")
 
+
+os.environ["ACCEL_TIERED"] = "0"
+os.environ["ACCEL_COMPILE_LOG"] = "0"
 
 if not _has_nvidia_gpu():
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")

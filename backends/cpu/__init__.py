@@ -13,8 +13,12 @@ loop-step kind holding its kernel emitter and its launch rule (``generate``, ``f
 row helpers), ``plan`` (the plan types and the serial/parallel choice), ``runtime``
 (the host walk, buffer pool), ``straight`` (straight-line replays), ``transpose``
 (transposed copies of matrices read across a fold's rows), ``mathlib``, ``fpmode`` and
-``vectorize`` (leaf modules).  May import ``accel`` (ast, errors, fusion, types) and
-``backends.numba``; never ``backends.cuda``.
+``vectorize`` (leaf modules); ``tiered`` (the first calls on the fused NumPy evaluator,
+``backends.fused``, while ``worker``, a child process, compiles the kernels into the
+disk cache; ``prepare_kernels(kp, check_bounds, tiered)`` returns a ``TieredRunner``
+unless tiers are off) and ``compilelog`` (one log line for a long compilation).  May
+import ``accel`` (ast, errors, fusion, types), ``backends.numba`` and
+``backends.fused``; never ``backends.cuda``.
 ``runner.stats()`` reports ``kernels`` (parallel loops, ``count_loops``),
 ``compile_seconds`` (numba compilation or disk-cache loading done by this runner),
 ``numba_cache_hits``, ``launches`` (which phases ran serially / in parallel),
@@ -96,10 +100,18 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .runtime import Runner  # noqa: E402
+from .tiered import TieredRunner, tiering_enabled  # noqa: E402
 
-__all__ = ["Runner", "prepare_kernels"]
+__all__ = ["Runner", "TIERED", "TieredRunner", "prepare_kernels"]
+
+#: This backend has tiers (``accel.pipeline.prepare`` passes ``tiered``).
+TIERED = True
 
 
-def prepare_kernels(kp, check_bounds: bool = False) -> Runner:
-    """Compile the kernel program ``kp`` for the CPU (kernels compile on first use)."""
+def prepare_kernels(kp, check_bounds: bool = False, tiered: bool | None = None):
+    """Compile the kernel program ``kp`` for the CPU (kernels compile on first use); with
+    tiers (``tiered``, default ``$ACCEL_TIERED``) the first calls run on NumPy while the
+    kernels compile in a worker process (``tiered``)."""
+    if tiering_enabled(tiered):
+        return TieredRunner(kp, check_bounds)
     return Runner(kp, check_bounds)

@@ -41,7 +41,7 @@ from accel.backends.numba.hosteval import HostEval
 from accel.backends.numba.kernelgen import ERR_SIZE
 from accel.backends.numba.trees import rebuild
 
-from . import codegen
+from . import codegen, compilelog
 from .plan import StepCall, calls as launch_calls, guards, guards_hold
 from .straight import StraightLine, eligible
 from .transpose import transpose_reads
@@ -203,8 +203,10 @@ _POOL_REFS = _pool_refs()
 class Runner:
     """A kernel program compiled for the CPU: ``runner(args)`` runs it."""
 
-    def __init__(self, kp: KernelProgram, check_bounds: bool = False):
-        self.kp = kp = transpose_reads(kp)
+    def __init__(self, kp: KernelProgram, check_bounds: bool = False, rewritten: bool = False):
+        # ``rewritten``: ``kp`` is another runner's ``.kp`` (its reads already transposed;
+        # the compile worker gets it so, as the rewrite's fresh names differ by process)
+        self.kp = kp = kp if rewritten else transpose_reads(kp)
         self.check_bounds = bool(check_bounds)
         t0 = time.perf_counter()
         self.gen = codegen.generate(kp.body, self.check_bounds)
@@ -217,6 +219,8 @@ class Runner:
         self._compile_seconds = 0.0
         self._compiled: set = set()  # function names this runner has made ready
         self._ready: dict = {}  # ... and their dispatchers
+        self._signatures: dict = {}  # name -> the numba signature it was compiled for
+        self._watch = None  # the compile log's timer while a call compiles (``compilelog``)
         self._cache_hits = 0
         self._lock = threading.Lock()
         self._uses: dict = {}
@@ -263,8 +267,13 @@ class Runner:
         env[_TAKEN] = taken
         env[_MEMO] = {}
         env[_ERR] = np.zeros(ERR_SIZE, dtype=np.int64)
-        with np.errstate(all="ignore"):
-            self._top(env, key)
+        try:
+            with np.errstate(all="ignore"):
+                self._top(env, key)
+        finally:
+            if self._watch is not None:  # this call compiled kernels: stop the log's timer
+                self._watch.cancel()
+                self._watch = None
         res = [env[r.name] for r in self.kp.body.result]
         self._straighten(key, drv)
         out = self._outputs(res, inputs)
@@ -427,15 +436,40 @@ class Runner:
         if name not in self._compiled:
             with self._lock:
                 if not fn.signatures:
-                    sig = tuple(numba.typeof(a) for a in args)
-                    hits = sum(fn.stats.cache_hits.values())
-                    t0 = time.perf_counter()
-                    self._compile(name, fn, sig)
-                    self._compile_seconds += time.perf_counter() - t0
-                    self._cache_hits += sum(fn.stats.cache_hits.values()) - hits
+                    if self._watch is None:
+                        self._watch = compilelog.watch(self.gen.source, self.kp)
+                    self._make_ready(name, fn, tuple(numba.typeof(a) for a in args))
                 self._compiled.add(name)
                 self._ready[name] = fn
         fn(*args)
+
+    def _make_ready(self, name: str, fn, sig: tuple) -> None:
+        """Compile ``fn`` for ``sig`` (or load it from numba's disk cache), counting."""
+        hits = sum(fn.stats.cache_hits.values())
+        t0 = time.perf_counter()
+        self._compile(name, fn, sig)
+        self._compile_seconds += time.perf_counter() - t0
+        self._cache_hits += sum(fn.stats.cache_hits.values()) - hits
+        self._signatures[name] = sig
+
+    def compiled_signatures(self) -> list:
+        """``[(function name, numba signature)]`` of what this runner has compiled: what
+        another process's runner of the same module loads with :meth:`load_compiled`."""
+        with self._lock:
+            return list(self._signatures.items())
+
+    def load_compiled(self, entries) -> None:
+        """Make the functions of ``entries`` (:meth:`compiled_signatures` of a runner of
+        the same module elsewhere, which put them in the disk cache) ready: loaded from
+        numba's cache, or compiled if they are not there."""
+        for name, sig in entries:
+            fn = getattr(self.module, name)
+            with self._lock:
+                if name not in self._compiled:
+                    if sig not in fn.signatures:
+                        self._make_ready(name, fn, sig)
+                    self._compiled.add(name)
+                    self._ready[name] = fn
 
     def _compile(self, name: str, fn, sig) -> None:
         """``fn.compile(sig)``, surviving a corrupted numba cache: on failure the caches
@@ -502,4 +536,6 @@ class Runner:
             "planned_steps": self._planned,  # loop steps planned, not replayed
             "straight_line_calls": self._straight_calls,  # replays of a wired plan
             "check_bounds": self.check_bounds,
+            "tiered": False,
+            "tier": "compiled" if self._calls else None,  # which tier ran the last call
         }

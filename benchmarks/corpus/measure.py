@@ -106,8 +106,8 @@ def measure_program(prog, size, repeat, backend, jax=None, torch=None, log=print
     forms = list(prog.accel.items())
     for form, f in forms[:1] if natural_only else forms:
         log(f"  {prog.name}/{form}: compiling and timing ...")
-        g = A.compile(A.gradientA(f, wrt=prog.wrt), backend=backend)
-        p = A.compile(f, backend=backend)
+        g = A.compile(A.gradientA(f, wrt=prog.wrt), backend=backend, tiered=False)
+        p = A.compile(f, backend=backend, tiered=False)  # compiled-only: times the kernels
         first, tg, grad = best_of(lambda: g(*args), repeat)
         pfirst, tp, _ = best_of(lambda: p(*args), repeat)
         grad = _as_tuple(grad)

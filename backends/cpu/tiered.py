@@ -1,0 +1,237 @@
+"""Tiered execution: the first calls run on NumPy while the kernels compile elsewhere.
+
+A cold program spends seconds to minutes in numba before its first result (the ADBench
+GMM gradient: 47 s on an idle 2-core machine, 90-190 s under load).  A ``TieredRunner``
+answers those calls with the fused NumPy evaluator of the same kernel program
+(``backends.fused``: no compilation; the GMM gradient on 1000 points takes about 10 ms a
+call) and sends the program and the first call's arguments to a compile worker process
+(``worker``), which compiles the kernels those shapes use into numba's disk cache.  When
+the worker is done, the receiving thread loads the kernels from the cache (well under a
+second) and the following calls run them.  ``stats()["tier"]`` says which tier ran the
+last call (``"numpy"`` or ``"compiled"``).
+
+Why a process, not a thread (``benchmarks/compile_contention.py``: calls made back to
+back while the kernels compile into an empty cache; 2 cores shared with other sessions,
+load average 3-5; two runs, the second with the committed script):
+
+============  =======  ==================================  ==================================
+program       alone    thread: median / max, compiled in   process: median / max, compiled in
+============  =======  ==================================  ==================================
+GMM gradient  8-12 ms  24 / 790-832 ms, 152-161 s          24-25 / 86-171 ms, 188-227 s
+MLP gradient  16-27    37-42 / 685-1727 ms, 113-129 s      24-52 / 160-194 ms, 121-154 s
+============  =======  ==================================  ==================================
+
+A compiling thread stalls the caller for up to 1.7 s at a time (numba holds the GIL
+through whole passes) and lets it make about half as many calls (GMM: 5371 calls in 152
+s against 9070 in 227 s); a process never stalls it for more than 0.2 s.  The thread's
+compilation finished sooner here because the GIL throttled the caller's competing
+calls; with a caller that is not calling back to back the process has a core to
+itself.  A thread would also hold numba's global compiler lock, blocking every other
+compilation in the process (another program's compiled-only call), and its work would
+be lost with the process, where the worker's kernels stay in the disk cache for the
+next run.  The price of a process: starting an interpreter that imports numba (about
+1 s of CPU, once per process) and pickling the first call's arguments to it.
+
+Semantics.  Both tiers evaluate the same fused kernel program, so results differ only by
+floating-point reassociation (the compiled folds combine rows in blocks and chunks;
+``exp``/``log`` are within an ulp of NumPy's).  The NumPy tier always checks bounds,
+so with ``check_bounds=False`` an out-of-bounds index raises ``OutOfBoundsError`` there
+where compiled kernels would read garbage.  Other shapes later may need kernels (e.g.
+parallel drivers) the first call's shapes did not: those compile on the call, as without
+tiers.  A compilation error in the worker (a ``BackendError``) is raised by the next call;
+later calls compile in this process (and raise it again if it persists).  A worker that
+cannot start or dies, or a fork, makes the runner compile in-process on its next call
+(fork: resubmit from the child).
+
+Choosing: ``A.compile(f, tiered=False)`` or ``ACCEL_TIERED=0`` runs compiled kernels
+only (what benchmarks and the test suite use); ``compiled.wait()`` blocks until the
+compiled tier is ready.  Tiering needs a POSIX system and ``sys.executable``; elsewhere
+runners are compiled-only.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+from accel.backends import fused
+from accel.backends.numba.cache import source_hash
+from accel.errors import BackendError
+
+from . import compilelog, worker
+from .runtime import Runner
+
+
+def tiering_enabled(tiered: bool | None) -> bool:
+    """``tiered``, or ``$ACCEL_TIERED`` when it is None (on unless ``0``/``off``/...),
+    and only where a worker process can be started."""
+    if tiered is None:
+        v = os.environ.get("ACCEL_TIERED", "1").strip().lower()
+        tiered = v not in ("0", "off", "no", "false")
+    return bool(tiered) and os.name == "posix" and bool(sys.executable)
+
+
+class TieredRunner:
+    """A ``runtime.Runner`` whose first calls run on the fused NumPy evaluator while its
+    kernels compile in the worker process (module docstring)."""
+
+    def __init__(self, kp, check_bounds: bool = False):
+        self.kp = kp  # the NumPy tier runs it as fused it (the worker gets compiled.kp)
+        self.check_bounds = check_bounds
+        self.compiled = Runner(kp, check_bounds)  # codegen + module load: no compilation
+        self._hash = source_hash(self.compiled.gen.source)
+        self._lock = threading.RLock()  # _done may run inside _start
+        self._ready = threading.Event()  # set: calls run the compiled tier
+        self._job = None
+        self._payload = None  # the running (or forked-away) job's, until it is done
+        self._error: BackendError | None = None  # from the worker, raised once
+        self._watch = None
+        self._state = "idle"  # idle | compiling | ready | local | failed
+        self._tier = None
+        self._numpy_calls = 0
+        self._compiled_calls = 0
+        self._background_seconds = None
+        self._switch_seconds = None  # loading the worker's kernels here
+
+    # ---- calls
+
+    def __call__(self, args):
+        if self._ready.is_set():
+            return self._run_compiled(args)
+        self._start(args)
+        if self._ready.is_set():  # the job failed at once: no worker here
+            return self._run_compiled(args)
+        self._tier = "numpy"
+        self._numpy_calls += 1
+        return fused.evaluate(self.kp, args)
+
+    def _run_compiled(self, args):
+        err = self._error
+        if err is not None:
+            self._error = None  # raised once; later calls compile here (and may raise)
+            raise err
+        self._tier = "compiled"
+        self._compiled_calls += 1
+        return self.compiled(args)
+
+    def _start(self, args=None) -> None:
+        """Submit the compile job for ``args`` (None: the job a fork lost) unless one is
+        running."""
+        with self._lock:
+            if self._job is not None or self._ready.is_set():
+                return
+            if args is not None:
+                self._payload = {"kp": self.compiled.kp, "check_bounds": self.check_bounds,
+                                 "args": list(args), "hash": self._hash, "env": _accel_env(),
+                                 "cache_dir": os.path.dirname(self.compiled.module.__file__)}
+            elif self._payload is None:
+                return
+            self._state = "compiling"
+            self._t0 = time.perf_counter()
+            with _jobs_lock:  # one job per module in a process (e.g. ``A.run`` in a loop)
+                job = _jobs.get(self._hash)
+                if job is not None and (job.result is None or job.result["status"] == "ok"):
+                    self._job = job
+                    self._payload = None
+            if self._job is not None:
+                self._watch = compilelog.watch(None, None)  # the job's first runner logs
+                self._job.add_done(self._done)
+                return
+            self._watch = compilelog.watch(self.compiled.gen.source, self.kp, background=True)
+            self._job = job = worker.submit(self._payload, self._done)
+            with _jobs_lock:
+                if job.result is None or job.result["status"] == "ok":
+                    _jobs[self._hash] = job
+
+    def _done(self, res: dict) -> None:
+        """The worker's answer (on the receiving thread, or at once if no worker or if
+        the module's job had already ended)."""
+        self._watch.cancel()
+        status = res.get("status")
+        if status != "ok":
+            with _jobs_lock:  # the next runner of this module submits a job of its own
+                if self._job is not None and _jobs.get(self._hash) is self._job:
+                    del _jobs[self._hash]
+        self._background_seconds = time.perf_counter() - self._t0
+        if status == "ok":
+            t0 = time.perf_counter()
+            try:
+                self.compiled.load_compiled(res["entries"])
+            except BackendError as e:
+                self._error = e
+            except Exception:  # noqa: BLE001 - the compiled tier compiles what it lacks
+                pass
+            self._switch_seconds = time.perf_counter() - t0
+            self._finish("ready" if self._error is None else "failed")
+        elif status == "compile-error":
+            self._error = BackendError(f"{res.get('message')} (compiled in the background "
+                                       "while calls ran on NumPy)")
+            self._finish("failed")
+        elif status in ("program-error", "lost"):
+            with self._lock:  # the next call (or, if lost in a fork, wait()) submits again
+                self._job = None
+                self._state = "idle"
+                if status == "program-error":
+                    self._payload = None
+        else:  # failed: no worker, or it died; compile in this process on the next call
+            self._finish("local")
+
+    def _finish(self, state: str) -> None:
+        self._payload = None
+        self._state = state
+        self._ready.set()
+
+    def wait(self, timeout: float | None = None, args=None) -> bool:
+        """Block until calls run the compiled kernels (starting the compilation with
+        ``args`` if none is running); False after ``timeout`` seconds; raises the
+        compilation's ``BackendError`` if it failed."""
+        if not self._ready.is_set():
+            self._start(args)
+        if self._job is None and not self._ready.is_set():
+            return False  # nothing to wait for: no call has started a compilation
+        if not self._ready.wait(timeout):
+            return False
+        err = self._error
+        if err is not None:
+            self._error = None
+            raise err
+        return True
+
+    # ---- the rest of the runner's interface
+
+    def stats(self) -> dict:
+        s = self.compiled.stats()
+        s.update(tiered=True, tier=self._tier, compile_state=self._state,
+                 numpy_calls=self._numpy_calls, compiled_calls=self._compiled_calls,
+                 background_compile_seconds=self._background_seconds,
+                 switch_seconds=self._switch_seconds)
+        return s
+
+    def show(self) -> str:
+        return self.compiled.show()
+
+    def source(self) -> str:
+        return self.compiled.source()
+
+    def release_buffers(self) -> None:
+        self.compiled.release_buffers()
+
+
+#: source hash -> the job compiling (or that compiled) that module in this process: a new
+#: runner of the same module (``A.run`` of one program in a loop) joins it, and runs
+#: compiled at once when it ended well.  Failed jobs are forgotten.
+_jobs: dict = {}
+_jobs_lock = threading.Lock()
+
+
+def forget_jobs() -> None:
+    """Forget the jobs of every module (for tests: the next runner of each submits its
+    own job to the worker, instead of joining a finished one)."""
+    with _jobs_lock:
+        _jobs.clear()
+
+
+def _accel_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k.startswith("ACCEL_")}
