@@ -58,8 +58,7 @@ class StraightLine:
         self.plans = plans
         self.threads = threads
         self.lock = threading.Lock()
-        self.counts = collections.Counter(c for sc in plans if sc is not None
-                                          for _, _, c in sc.calls)
+        self.counts = collections.Counter()  # launches per replay (filled below)
         self.runs = 0  # completed replays (``Runner.stats`` multiplies ``counts`` by it)
         # Every leaf buffer is either an int, its position in a call's ``bufs`` (the
         # arguments' leaves, then the results'), or the ndarray itself (constants and the
@@ -93,7 +92,16 @@ class StraightLine:
             if sc is None:
                 continue
             outs = []
+            into = getattr(s, "into", None)
+            skip_defaults = (into is not None and s.out.name not in results
+                             and into.name not in self.fixed
+                             and all(isinstance(b, np.ndarray)
+                                     for b in where.get(into.name, [None])))
             for avar, (shape, size, dts) in zip(step_outs(s), sc.outs):
+                if skip_defaults:  # the permute updates its dead defaults in place
+                    where[avar.name] = list(where[into.name])
+                    outs += where[avar.name]
+                    continue
                 if avar.name in results:
                     ps = list(range(nin + nres, nin + nres + len(dts)))
                     nres += len(dts)
@@ -112,11 +120,14 @@ class StraightLine:
                     fills.append((work[-1], w[3]))
             slots = work + [b for a in sc.plan.inputs for b in where[a.name]]
             calls = []
-            for fn, lead, _ in sc.calls:
+            for fn, lead, counter in sc.calls:
+                if skip_defaults and counter.startswith("d_"):
+                    continue  # (as ``Runner._run``: the defaults are already there)
                 args = [*lead, *(None if isinstance(x, int) else x for x in slots), sc.shp,
                         self.err]
                 varying = tuple((len(lead) + p, x) for p, x in enumerate(slots)
                                 if isinstance(x, int))
+                self.counts[counter] += 1
                 calls.append((_entry(runner._ready.get(fn) or getattr(runner.module, fn)),
                               args if varying else tuple(args), varying))
             self.steps.append((fills, calls))
