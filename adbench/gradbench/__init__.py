@@ -10,9 +10,10 @@ its stdout.  This package is that tool:
   the timings (compilation reported as its own ``compile`` timing).
 * ``evalfn``: :class:`~accel.adbench.gradbench.evalfn.EvalFunction`, the shape every
   eval's functions share (decode input -> compiled accel program -> encode output).
-* one module per eval (``hello``, ``lse``, ``llsq``, ``gmm``, ``kmeans``, ``det``, ``ba``, ``lstm``, ``ht``, ``particle``, ``saddle``;
-  ``ode``), each exporting ``FUNCTIONS``: function name -> ``EvalFunction`` (``descent``: the
-  gradient descent ``particle`` and ``saddle`` share).
+* one module per eval (``hello``, ``lse``, ``llsq``, ``gmm``, ``kmeans``, ``det``, ``ba``,
+  ``ode``, ``lstm``, ``ht``, ``particle``, ``saddle``), each exporting ``FUNCTIONS``:
+  function name -> ``EvalFunction`` (``descent``: the gradient descent ``particle`` and
+  ``saddle`` share).
 * ``compare``: runs evals against accel, GradBench's JAX/PyTorch tools and its
   hand-written C++ and tabulates the times.
 
