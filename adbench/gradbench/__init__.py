@@ -11,7 +11,9 @@ its stdout.  This package is that tool:
 * ``evalfn``: :class:`~accel.adbench.gradbench.evalfn.EvalFunction`, the shape every
   eval's functions share (decode input -> compiled accel program -> encode output).
 * one module per eval (``hello``, ``lse``, ``llsq``, ``gmm``, ``kmeans``, ``det``, ``ba``,
-  ``ode``), each exporting ``FUNCTIONS``: function name -> ``EvalFunction``.
+  ``ode``, ``lstm``, ``ht``, ``particle``, ``saddle``), each exporting ``FUNCTIONS``:
+  function name -> ``EvalFunction`` (``descent``: the gradient descent ``particle`` and
+  ``saddle`` share).
 * ``compare``: runs evals against accel, GradBench's JAX/PyTorch tools and its
   hand-written C++ and tabulates the times.
 

@@ -23,7 +23,7 @@ import traceback
 #: Module name -> Python module implementing it (each has ``FUNCTIONS``).
 MODULES = {name: f"accel.adbench.gradbench.{name}"
            for name in ("hello", "lse", "llsq", "gmm", "kmeans", "det", "ba", "ode",
-                             "lstm", "ht")}
+                             "lstm", "ht", "particle", "saddle")}
 
 
 class Tool:
