@@ -72,6 +72,7 @@ class Contraction:
     scale: tuple
     post: tuple
     guards: tuple
+    shapes: tuple = ()  # ``(Shape a, Shape b)``: one node each, for hosts that memoise by node
 
 
 def contraction(s: KFold) -> Contraction | None:
@@ -109,7 +110,8 @@ def contraction(s: KFold) -> Contraction | None:
     return Contraction(p, a, tuple(a_axes), a_fixed, b, tuple(b_axes), b_fixed,
                        batch[0] if batch else None, ms[0] if ms else None, ns[0] if ns else None,
                        tuple(f.e for f in factors if isinstance(f, _Inv)),
-                       tuple(f.e for f in factors if isinstance(f, _Post)), tuple(guards))
+                       tuple(f.e for f in factors if isinstance(f, _Post)), tuple(guards),
+                       (N.Shape(a), N.Shape(b)))
 
 
 def materialise_operands(blk: KBlock) -> KBlock:

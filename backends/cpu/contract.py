@@ -114,8 +114,8 @@ def usable(c: Contraction, shape: tuple, n: int, ev) -> int | None:
     """The number of ``mm`` tasks if BLAS computes the fold for these extents (see the
     module docstring), else None."""
     ext = tuple(shape) + (n,)
-    for arr, axes, fixed in ((c.a, c.a_axes, c.a_fixed), (c.b, c.b_axes, c.b_fixed)):
-        dims = tuple(int(d) for d in ev(N.Shape(arr)))
+    for sh, axes, fixed in zip(c.shapes, (c.a_axes, c.b_axes), (c.a_fixed, c.b_fixed)):
+        dims = tuple(int(d) for d in ev(sh))
         if dims[len(fixed):] != tuple(ext[a] for a in axes):
             return None
         if not all(0 <= int(ev(f)) < d for f, d in zip(fixed, dims)):
