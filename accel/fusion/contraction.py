@@ -6,9 +6,8 @@ After fusion a sum is a ``KFold`` whose source is a scalar function of the full 
 those), a matrix product arrives here as the same thing: a ``+``-fold from zero whose
 source is a product of two *projected reads* (each index component of the array is one
 component of the fold's index, all distinct, after leading components at fixed
-positions) and factors that do not depend on the
-index.  :func:`contraction` recognises that form and says which index component plays
-which part:
+positions) and other factors (below).  :func:`contraction` recognises that form and
+says which index component plays which part:
 
     out[b, m, n] = c * sum_k A[..b, m, k..] * B[..b, k, n..]     (any order of the dims
                                                                   of A, B; b optional)
