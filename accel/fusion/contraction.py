@@ -34,10 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ast import nodes as N
-from ..ast.traverse import children, free_vars, map_children
+from ..ast.traverse import free_vars, map_children
 from ..ast.types import ArrayT, Scalar, shape_type
 from .kernels import KBlock, KFold, KGenerate, map_blocks
-from .reductions import dim, expand, is_sum
+from .reductions import dim, expand, index_uses, is_sum
 
 __all__ = ["Contraction", "components", "contraction", "materialise_operands", "product"]
 
@@ -76,20 +76,10 @@ class Contraction:
 
 def contraction(s: KFold) -> Contraction | None:
     """The matrix product ``s`` computes, or None when it is not one."""
-    if not isinstance(s, KFold) or not is_sum(s):
+    found = _product_of(s, others=False)
+    if found is None:
         return None
-    t = s.out.type.elt
-    if not (isinstance(t, Scalar) and t.is_float):
-        return None
-    p = s.src.params[0]
-    rank = len(p.type.items) - 1
-    body = expand(s.src.body)
-    if body is None:
-        return None
-    factors: list = []
-    guards: list = []
-    if not _factors(body, p, rank, factors, guards):
-        return None
+    p, rank, t, factors, guards = found
     reads = [f for f in factors if not isinstance(f, (_Inv, _Post))]
     if len(reads) != 2:
         return None
@@ -111,6 +101,26 @@ def contraction(s: KFold) -> Contraction | None:
                        tuple(f.e for f in factors if isinstance(f, _Inv)),
                        tuple(f.e for f in factors if isinstance(f, _Post)), tuple(guards),
                        (N.Shape(a), N.Shape(b)))
+
+
+def _product_of(s, others: bool):
+    """``(index, rank, element type, factors, guards)`` of a float ``+``-fold whose
+    source (lets inlined) is a product of :func:`_factors`' kinds, else None."""
+    if not isinstance(s, KFold) or not is_sum(s):
+        return None
+    t = s.out.type.elt
+    if not (isinstance(t, Scalar) and t.is_float):
+        return None
+    p = s.src.params[0]
+    rank = len(p.type.items) - 1
+    body = expand(s.src.body)
+    if body is None:
+        return None
+    factors: list = []
+    guards: list = []
+    if not _factors(body, p, rank, factors, guards, others):
+        return None
+    return p, rank, t, factors, guards
 
 
 def materialise_operands(blk: KBlock) -> KBlock:
@@ -141,18 +151,10 @@ def materialise_operands(blk: KBlock) -> KBlock:
 
 def _hoisted(s: KFold):
     """``[generates..., fold]`` for :func:`materialise_operands`, or None."""
-    t = s.out.type.elt
-    if not (is_sum(s) and isinstance(t, Scalar) and t.is_float):
+    found = _product_of(s, others=True)
+    if found is None or found[4]:
         return None
-    p = s.src.params[0]
-    rank = len(p.type.items) - 1
-    body = expand(s.src.body)
-    if body is None:
-        return None
-    factors: list = []
-    guards: list = []
-    if not _factors(body, p, rank, factors, guards, others=True) or guards:
-        return None
+    p, rank, t, factors, _ = found
     groups: dict = {}  # the index components a group reads -> its factors
     rest = []
     for f in factors:
@@ -185,19 +187,8 @@ def _hoisted(s: KFold):
 
 def components(e, p: N.Var):
     """The components of index ``p`` that ``e`` reads, or None if it uses ``p`` whole."""
-    used: set = set()
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if p.name not in free_vars(x):
-            continue
-        if isinstance(x, N.Prj) and x.tup == p:
-            used.add(x.index)
-        elif x == p:
-            return None
-        else:
-            stack.extend(children(x))
-    return used
+    used = index_uses(p, e)
+    return None if -1 in used else used
 
 
 def _reindexed(e, p: N.Var, q: N.Var, comps: list):
@@ -334,16 +325,5 @@ def _read(e, p: N.Var, k: int):
 
 def _without(e, p: N.Var, k: int) -> bool:
     """Whether ``e`` reads index ``p`` only through components other than ``k``."""
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if p.name not in free_vars(x):
-            continue
-        if isinstance(x, N.Prj) and x.tup == p:
-            if x.index == k:
-                return False
-        elif x == p:
-            return False
-        else:
-            stack.extend(children(x))
-    return True
+    return not index_uses(p, e) & {k, -1}
+

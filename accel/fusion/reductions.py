@@ -31,7 +31,8 @@ from ..ast.types import int64, shape_type
 from ..simplify.rounds import tidy
 from .kernels import KAcond, KAwhile, KBlock, KFold, KGenerate, KUse, map_blocks, sub_blocks
 
-__all__ = ["rewrite_reductions", "reuse_folds", "interchange_sums", "expand", "is_sum"]
+__all__ = ["rewrite_reductions", "reuse_folds", "interchange_sums", "expand", "index_uses",
+           "is_sum"]
 
 #: Sources bigger than this (after inlining their lets) are left alone.
 MAX_NODES = 4000
@@ -106,7 +107,7 @@ def is_sum(s) -> bool:
     return set(f.body.args) == set(f.params)
 
 
-def _uses(ix: N.Var, e) -> set:
+def index_uses(ix: N.Var, e) -> set:
     """The components ``k`` of index ``ix`` that ``e`` reads as ``ix.k``; ``-1`` stands
     for a use of the whole tuple."""
     out: set = set()
@@ -126,7 +127,7 @@ def _uses(ix: N.Var, e) -> set:
 
 def _varies(ix: N.Var, k: int, e) -> bool:
     """Whether ``e`` may depend on component ``k`` of index ``ix``."""
-    return bool(_uses(ix, e) & {k, -1})
+    return bool(index_uses(ix, e) & {k, -1})
 
 
 def _reads(name: str, e) -> int:
@@ -373,12 +374,12 @@ def _plan(b: KFold, term: tuple, steps: list, i: int, result) -> tuple | None:
     asign, afactors = terms[0]
     h = [f for f in afactors if _varies(ia, q, f)]
     g = [f for f in afactors if not _varies(ia, q, f)]
-    if not h or any(-1 in _uses(ia, f) for f in afactors):
+    if not h or any(-1 in index_uses(ia, f) for f in afactors):
         return None
-    used = sorted(set().union(*(_uses(ia, f) for f in h)) - {q, ra})
+    used = sorted(set().union(*(index_uses(ia, f) for f in h)) - {q, ra})
     if len(used) >= ra - 1:
         return None  # T would be as big as A: nothing saved
-    m_used = any(ra in _uses(ia, f) for f in h)
+    m_used = any(ra in index_uses(ia, f) for f in h)
     ty = b.z.type
     # T over (A's dims in ``used``) ++ (A's inner length, if H reads it), summing over j
     tdims = [dim(a.shape, k) for k in used] + ([tidy(a.n)] if m_used else [])
