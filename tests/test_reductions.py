@@ -203,3 +203,72 @@ def test_reordered_sums_on_the_cpu_backend():
     args = lmat_adj_w(40, 3, 5)
     np.testing.assert_allclose(A.run(means_adjoint, *args, backend="cpu"),
                                means_expected(*args), rtol=1e-12)
+
+
+# --------------------------------------------------------------------------- nested sums
+
+
+def window_sums(img, ker):
+    """A 2-D convolution as a user writes it: the sum over the window of a 4-D generate,
+    one ``sum`` per window dimension."""
+    kh, kw = ker.shape
+    oh, ow = img.shape[0] - kh + 1, img.shape[1] - kw + 1
+    prods = A.generate((oh, ow, kh, kw),
+                       lambda ix: img[ix[0] + ix[2], ix[1] + ix[3]] * ker[ix[2], ix[3]])
+    return A.sum(A.sum(prods))
+
+
+def window_expected(img, ker):
+    kh, kw = ker.shape
+    oh, ow = img.shape[0] - kh + 1, img.shape[1] - kw + 1
+    return sum(ker[a, b] * img[a:a + oh, b:b + ow] for a in range(kh) for b in range(kw))
+
+
+def test_a_sum_of_a_sum_is_one_sum_over_both_dimensions():
+    rng = np.random.default_rng(3)
+    img, ker = rng.normal(size=(9, 11)), rng.normal(size=(3, 4))
+    steps = [s for s in kernel_steps(window_sums, img, ker) if isinstance(s, KFold)]
+    assert len(steps) == 1 and steps[0].out.type.rank == 2
+    check(window_sums, (window_expected(img, ker),), img, ker)
+    np.testing.assert_allclose(A.run(window_sums, img, ker, backend="cpu"),
+                               window_expected(img, ker), rtol=1e-12, atol=1e-12)
+
+    def three(x):  # three nested sums: one sum over the last three dimensions
+        return A.sum(A.sum(A.sum(A.map(lambda v: v * v, x))))
+    x = rng.normal(size=(2, 3, 4, 5))
+    assert folds(three, x) == [1]
+    check(three, ((x * x).sum(axis=(1, 2, 3)),), x)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(0, 3), st.integers(0, 3),
+       st.integers(0, 2**16))
+def test_merged_window_sums_agree_with_numpy_at_any_size(h, w, kh, kw, seed):
+    rng = np.random.default_rng(seed)
+    img, ker = rng.normal(size=(h + kh, w + kw)), rng.normal(size=(kh + 1, kw + 1))
+    check(window_sums, (window_expected(img, ker),), img, ker)
+
+
+def test_nested_sums_that_cannot_be_merged_are_kept():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(3, 4, 5))
+
+    def inner_also_returned(x):
+        inner = A.sum(x)
+        return A.sum(inner), inner
+
+    def outer_not_a_sum(x):
+        return A.maximum(A.sum(x))
+
+    def outer_over_more_rows(x):  # reads past the inner sum: must still fail
+        inner = A.sum(x)
+        return A.sum(A.generate((3, 5), lambda i: inner[i[0], i[1]]))
+
+    assert folds(inner_also_returned, x) == [2, 1]
+    check(inner_also_returned, (x.sum(axis=(1, 2)), x.sum(axis=2)), x)
+    assert folds(outer_not_a_sum, x) == [2, 1]
+    check(outer_not_a_sum, (x.sum(axis=2).max(axis=1),), x)
+    assert len(folds(outer_over_more_rows, x)) == 2
+    for backend in ("interpreter", "fused"):
+        with pytest.raises(A.OutOfBoundsError):
+            A.run(outer_over_more_rows, x, backend=backend)

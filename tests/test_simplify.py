@@ -589,13 +589,48 @@ def test_arrays_of_tuples_read_through_projections_are_split():
 
 
 def test_expensive_arrays_of_tuples_are_not_split():
-    """Splitting recomputes the shared part per component: not done for an ``exp``."""
+    """Splitting recomputes the shared part per component: not done when that costs more
+    than writing and reading back the pairs (two transcendentals against four element
+    accesses at ``MEMORY_COST``)."""
     def f(x):
-        t = A.map(lambda v: (A.exp(v), -A.exp(v)), x)
+        t = A.map(lambda v: (A.exp(A.sin(v)), -A.exp(A.sin(v))), x)
         return A.sum(A.map(lambda p: p[0], t)), A.maximum(A.map(lambda p: p[1], t))
 
     q = check(trace(f, V2), [np.arange(6.0).reshape(2, 3)])
     assert sum(isinstance(n, PrimApp) and n.op == "exp" for n in walk(q)) == 1
+
+
+def test_tuples_read_through_zip_with_projections_are_split():
+    """A consumer that is a ``zip_with`` (or a map that is not a bare projection) reading
+    one component of the pairs counts as a projection: the pairs are split, each
+    component array read once, and the results are unchanged."""
+    def f(x, y):
+        t = A.map(lambda v: (v * 2.0, v + 1.0), x)
+        a = A.zip_with(lambda p, w: p[0] * w, t, y)
+        b = A.map(lambda p: A.sin(p[1]), t)
+        c = A.zip_with(lambda w, p: w - p[1], y, t)
+        return A.sum_all(a), A.sum_all(b), A.sum_all(c)
+
+    args = [np.arange(6.0).reshape(2, 3), np.linspace(0.0, 1.0, 6).reshape(2, 3)]
+    q = check(trace(f, V2, V2), args)
+    tuple_arrays = [n for n in walk(q) if isinstance(n, Alet)
+                    and isinstance(n.var.type, ArrayT) and isinstance(n.var.type.elt, TupleT)]
+    assert tuple_arrays == []
+
+
+def test_tuples_read_whole_by_a_zip_with_are_not_split():
+    """A ``zip_with`` that reads two different components of the same pair (or the pair
+    whole) keeps the array whole."""
+    def f(x, y):
+        t = A.map(lambda v: (v * 2.0, v + 1.0), x)
+        a = A.zip_with(lambda p, w: p[0] * w + p[1], t, y)
+        b = A.map(lambda p: p[1], t)
+        return A.sum_all(a), A.sum_all(b)
+
+    args = [np.arange(6.0).reshape(2, 3), np.linspace(0.0, 1.0, 6).reshape(2, 3)]
+    q = check(trace(f, V2, V2), args)
+    assert any(isinstance(n, Alet) and isinstance(n.var.type, ArrayT)
+               and isinstance(n.var.type.elt, TupleT) for n in walk(q))
 
 
 def test_tidy_shares_and_projects_fusion_shapes():

@@ -13,8 +13,13 @@ AD produces sums over the same data in several index patterns.  In the GMM gradi
   ``adj`` over the points first and multiplying by ``L`` after
   (``sum_n sum_r L adj = sum_r L sum_n adj``) takes N*K*D (:func:`interchange_sums`).
 
-Both change only the order in which floating-point sums are added (the API promises
-results "up to floating-point reassociation"); neither repeats work.  Both work on one
+A sum over the last dimension of an array that is itself a sum over its last dimension
+(``sum (sum xs)`` of a (.., m, n) source, a 2-D convolution's window) is one sum over
+the last m*n elements of the source (:func:`merge_nested_sums`): no (.., m) array is
+written and read back, and the one inner loop is long enough to vectorize across rows.
+
+All three change only the order in which floating-point sums are added (the API promises
+results "up to floating-point reassociation"); none repeats work.  All work on one
 block's steps at a time: a fold is only rewritten in terms of folds of the same block
 that come before it.
 """
@@ -31,19 +36,20 @@ from ..ast.types import int64, shape_type
 from ..simplify.rounds import tidy
 from .kernels import KAcond, KAwhile, KBlock, KFold, KGenerate, KUse, map_blocks, sub_blocks
 
-__all__ = ["rewrite_reductions", "reuse_folds", "interchange_sums", "expand", "index_uses",
-           "is_sum"]
+__all__ = ["rewrite_reductions", "reuse_folds", "interchange_sums", "merge_nested_sums",
+           "expand", "index_uses", "is_sum"]
 
 #: Sources bigger than this (after inlining their lets) are left alone.
 MAX_NODES = 4000
 
 
 def rewrite_reductions(blk: KBlock) -> KBlock:
-    """:func:`interchange_sums`, then :func:`reuse_folds`, in every block."""
+    """:func:`interchange_sums`, :func:`reuse_folds`, then :func:`merge_nested_sums`, in
+    every block."""
     steps = []
     for s in blk.steps:
         steps.append(map_blocks(s, rewrite_reductions))
-    return reuse_folds(interchange_sums(KBlock(tuple(steps), blk.result)))
+    return merge_nested_sums(reuse_folds(interchange_sums(KBlock(tuple(steps), blk.result))))
 
 
 # --------------------------------------------------------------------------- expressions
@@ -463,3 +469,64 @@ def interchange_sums(blk: KBlock) -> KBlock:
         steps = kept + new + steps[i + 1:]
         i = len(kept) + len(new)
     return KBlock(tuple(steps), blk.result)
+
+
+# --------------------------------------------------------------------------- nesting
+
+
+def merge_nested_sums(blk: KBlock) -> KBlock:
+    """A sum ``c`` whose source is the plain read ``p ! i`` of an earlier sum ``p`` of
+    the same element type that nothing else reads becomes one sum over ``c.n * p.n``
+    elements: element ``j`` of a row is ``p``'s source at ``(row.., j // p.n, j % p.n)``
+    (the backends count the quotient and remainder instead of dividing)."""
+    steps = list(blk.steps)
+    i = 0
+    while i < len(steps):
+        c = steps[i]
+        j = _nested_in(c, steps[:i]) if is_sum(c) else None
+        merged = None
+        if j is not None and not _step_reads(steps[j].out.name, steps[:j] + steps[j + 1:i]
+                                             + steps[i + 1:], blk.result):
+            merged = _merged(steps[j], c)
+        if merged is None:
+            i += 1
+            continue
+        steps[i] = merged
+        del steps[j]
+        i = j  # the merged sum may itself be read by a sum after it
+    return KBlock(tuple(steps), blk.result)
+
+
+def _nested_in(c: KFold, earlier: list):
+    """The position in ``earlier`` of the sum that ``c``'s source reads as ``p ! i``."""
+    body, ix = c.src.body, c.src.params[0]
+    if not (isinstance(body, N.Index) and body.index == ix and isinstance(body.array, N.Avar)):
+        return None
+    for j, s in enumerate(earlier):
+        if (isinstance(s, KFold) and s.out == body.array and is_sum(s)
+                and s.out.type.elt == c.out.type.elt and s.z == c.z):
+            return j
+    return None
+
+
+def _merged(p: KFold, c: KFold):
+    """The one sum over ``c``'s rows of ``p``'s last two dimensions (see
+    :func:`merge_nested_sums`), or None unless ``c``'s domain is exactly ``p``'s rows
+    (a sum over more rows than ``p`` has must still fail on its out-of-bounds read)."""
+    rank = len(c.src.params[0].type.items) - 1
+    q = N.Var(N.fresh("i"), shape_type(rank + 1))
+    j = N.Prj(rank, q)
+    ix = N.Tuple(tuple(N.Prj(k, q) for k in range(rank))
+                 + (N.PrimApp("floordiv", (j, p.n)), N.PrimApp("mod", (j, p.n))))
+    src = N.Lam((q,), substitute(p.src.body, {p.src.params[0].name: ix}))
+
+    def shapes(x):  # ``shape p`` in c's extents is p's rows' shape
+        if isinstance(x, N.Shape) and x.array == p.out:
+            return p.shape
+        return map_children(x, shapes) if isinstance(x, N.Node) else x
+    outer, inner = tidy(shapes(c.shape)), tidy(shapes(c.n))
+    if [dim(outer, k) for k in range(rank)] + [inner] != [dim(p.shape, k)
+                                                         for k in range(rank + 1)]:
+        return None
+    n = N.PrimApp("mul", (inner, p.n))
+    return KFold(c.out, outer, tidy(n), c.f, c.z, tidy(src))

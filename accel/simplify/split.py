@@ -1,14 +1,16 @@
-"""Splitting AD's pair arrays: an array of tuples read only through projecting maps
+"""Splitting AD's pair arrays: an array of tuples read only through projections
 becomes one array per projected component.
 
-Invariant: the split happens only when every use of the array is a projecting ``Map``
-or ``shape``, and when the work the components' functions redo (their cost together
+Invariant: the split happens only when every use of the array is a ``Map`` or ``ZipWith``
+whose function reads the element through one projection path (``uses.param_path``), or
+``shape``, and when the work the components' functions redo (their cost together
 minus the whole function's, ``accel.ast.cost``) is at most ``SPLIT_COST`` or, if more,
 what the whole array would cost in element writes and reads (each scalar leaf written
-once, each use's component read): a wide tuple array of AD's contributions (an adjoint with a
-value, an index and a flag per read) costs more to write and read back than a few
-operations redone per component (softmax attention written with ``generate``: the
-gradient's (T, T, d) array of contributions, 11 leaves an element, was 290 MB).
+once, each use's component read, each at ``MEMORY_COST``): a wide tuple array of AD's
+contributions (an adjoint with a value, an index and a flag per read) costs more to write
+and read back than a few operations redone per component (softmax attention written with
+``generate``: the gradient's (T, T, d) array of contributions, 11 leaves an element, was
+290 MB).
 Why: AD pairs an adjoint with its contributions per element; fusion would materialise
 the whole tuple array (several consumers read it), while each component alone is read
 once and fuses into its consumer.
@@ -17,17 +19,26 @@ once and fuses into its consumer.
 from __future__ import annotations
 
 from ..ast.cost import cost
-from ..ast.nodes import Alet, Avar, Generate, Map, Prj, Program, Shape, ZipWith, fresh
-from ..ast.traverse import LEAVES, freshen, rebuild, with_fields
+from ..ast.nodes import (Alet, Avar, Generate, Lam, Map, Node, Prj, Program, Shape, Var, ZipWith,
+                         fresh)
+from ..ast.traverse import LEAVES, freshen, map_children, rebuild, with_fields
 from ..ast.types import leaves
 from .base import wrap_lets
 from .rename import simplifier_pass
 from .rounds import tidy
-from .uses import Uses, element_path
+from .uses import Uses, param_path
 
 #: An array of tuples is split (see ``ElementSplit``) when its components' functions together
 #: cost at most this much more than the whole function (or than the array's traffic).
 SPLIT_COST = 4
+
+#: What writing or reading back one element of a materialised array costs in ``cost``'s
+#: unit (one float operation): the element goes through memory, not a register, and a
+#: large array streams through DRAM at a few operations' time per element.  With 1, the
+#: gradient of ``sum (exp (-|x_i - y_j|^2))`` written with ``replicate`` kept an (N, M, D)
+#: array of (adjoint, -adjoint) pairs for 5 operations redone against 4 "traffic", and
+#: ran 4x slower than the same program written with ``generate``.
+MEMORY_COST = 2
 
 
 def _traffic(elt, paths) -> int:
@@ -39,12 +50,13 @@ def _traffic(elt, paths) -> int:
         for i in path:
             t = t.items[i]
         n += len(leaves(t))
-    return n
+    return MEMORY_COST * n
 
 
 class ElementSplit:
-    """Split a let-bound array of tuples that is read only through projecting maps
-    (``Map (\\x -> x.0.1) a``, and ``shape a``) into one array per projected component.
+    """Split a let-bound array of tuples that is read only through projections
+    (``Map (\\x -> x.0.1) a``, ``ZipWith (\\x y -> x.0.0 + y) a b``, and ``shape a``)
+    into one array per projected component.
 
     AD produces such arrays (an adjoint and its contributions, paired per element); fusion
     would have to materialise the whole tuple array because several consumers read it,
@@ -61,13 +73,32 @@ class ElementSplit:
         t = type(n)
         if t in LEAVES:
             return n
-        if t is Map and type(n.a) is Avar and n.a.name in self.env:
-            return self.env[n.a.name][element_path(n.f)]
+        if t is Map or t is ZipWith:
+            args = (n.a,) if t is Map else (n.a, n.b)
+            if any(type(a) is Avar and a.name in self.env for a in args):
+                return self.reread(n, args)
         if t is Shape and n.array.name in self.env:
             return Shape(next(iter(self.env[n.array.name].values())))
         if t is Alet:
             return self.chain(n)
         return rebuild(n, self.go)
+
+    def reread(self, n, args):
+        """``n`` (a ``Map``/``ZipWith``) reading the split arrays' components: the
+        parameter of a split argument becomes the component's element."""
+        f, new = n.f, []
+        for k, a in enumerate(args):
+            if type(a) is Avar and a.name in self.env:
+                path = param_path(f, k)
+                comp = self.env[a.name][path]
+                f = _reparam(f, k, path, comp.type.elt)
+                new.append(comp)
+            else:
+                new.append(self.go(a))
+        f = with_fields(f, body=self.go(f.body))
+        if _identity(f) and len(new) == 1:
+            return new[0]
+        return Map(f, new[0]) if len(new) == 1 else ZipWith(f, new[0], new[1])
 
     def parts(self, v, b, paths):
         """``{path: the producer of that component}``, or None when ``v`` stays whole."""
@@ -113,6 +144,27 @@ class ElementSplit:
         if not changed and body is n:
             return head
         return wrap_lets(binds, body, Alet)
+
+
+def _identity(f: Lam) -> bool:
+    return len(f.params) == 1 and type(f.body) is Var and f.body.name == f.params[0].name
+
+
+def _reparam(f: Lam, k: int, path: tuple, elt) -> Lam:
+    """``f`` with parameter ``k`` (read only as ``x.path``) replaced by a parameter of
+    type ``elt`` that is that component."""
+    x = f.params[k]
+    y = Var(fresh("x"), elt)
+
+    def go(e):
+        p, base = [], e
+        while type(base) is Prj:
+            p.append(base.index)
+            base = base.tup
+        if type(base) is Var and base.name == x.name and tuple(reversed(p)) == path:
+            return y
+        return map_children(e, go) if isinstance(e, Node) else e
+    return Lam(f.params[:k] + (y,) + f.params[k + 1:], go(f.body))
 
 
 @simplifier_pass

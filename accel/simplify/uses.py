@@ -3,13 +3,14 @@
 Invariant: one walk records, per variable, its number of occurrences, the nesting depth
 (functions, loop bodies, ``Acond`` branches) of its binder and uses, whether it is read
 through ``Index``/``Shape``, which tuple components are projected, and which element
-paths projecting maps read; the passes decide from these without walking again.
+path each ``Map``/``ZipWith`` reads of an array whose elements its function only projects;
+the passes decide from these without walking again.
 """
 
 from __future__ import annotations
 
 from ..ast.nodes import (Acond, ALam, Alet, APrj, Avar, Const, Index, Lam, Let, Map, Prj, Shape,
-                         Use, Var)
+                         Use, Var, ZipWith)
 from ..ast.traverse import subterms
 from .base import is_param
 
@@ -66,15 +67,47 @@ class Uses:
                 stack.append((n.t, d + 1))
                 stack.append((n.e, d + 1))
             else:
-                if t is Map and type(n.a) is Avar:
-                    path = element_path(n.f)
-                    if path is not None:
-                        eltprj.setdefault(n.a.name, []).append(path)
+                if t is Map or t is ZipWith:
+                    for k, a in enumerate((n.a,) if t is Map else (n.a, n.b)):
+                        path = param_path(n.f, k) if type(a) is Avar else None
+                        if path is not None:
+                            eltprj.setdefault(a.name, []).append(path)
                 for c in subterms(n):
                     stack.append((c, d))
         self.cnt, self.udepth, self.bdepth = cnt, udepth, bdepth
         self.indirect, self.nonprj, self.prj = indirect, nonprj, prj
         self.eltprj, self.shapes = eltprj, shapes
+
+
+def param_path(f: Lam, k: int):
+    """``(i, j, ...)`` if ``f`` reads its parameter ``k`` only as ``x.i.j...`` with that one
+    path (each use projected at least once), else None."""
+    name = f.params[k].name
+    paths: set = set()
+    stack = [f.body]
+    while stack:
+        e = stack.pop()
+        t = type(e)
+        if t is Prj:
+            path, base = [], e
+            while type(base) is Prj:
+                path.append(base.index)
+                base = base.tup
+            if type(base) is Var and base.name == name:
+                paths.add(tuple(reversed(path)))
+                if len(paths) > 1:
+                    return None
+                continue
+            stack.append(base)
+        elif t is Var:
+            if e.name == name:
+                return None
+        elif (t is Let or t is Lam) and name in (
+                (e.var.name,) if t is Let else tuple(v.name for v in e.params)):
+            return None  # shadowed (binders are unique after ``freshen``; be safe)
+        else:
+            stack.extend(subterms(e))
+    return next(iter(paths)) if paths else None
 
 
 def element_path(f: Lam):
