@@ -169,6 +169,105 @@ def test_blas_phase_batches_and_matrix_vector(blas_always):
         assert any(k.startswith("mm_") for k in c.stats(*args)["launches"])
 
 
+@pytest.mark.parametrize("case", [
+    # GMM's product: out[n, k, r] = sum_c L[k, r, c] * xc[n, k, c] (batch k inside)
+    ("nkr", "krc", "nkc", "krc,nkc->nkr"),
+    ("rkn", "nkc", "kcr", "nkc,kcr->rkn"),   # batch in the middle, K-major operand
+    ("nrk", "ckr", "knc", "ckr,knc->nrk"),   # batch last in the output
+    ("kn", "kc", "nkc", "kc,nkc->kn"),       # matrix-vector per batch
+])
+def test_blas_phase_batch_at_any_position(blas_always, case):
+    """A batch component at any dimension of the output and of either array is still a
+    contraction, and the strided ``mm`` phase gives NumPy's values (with a post factor
+    of the output's index)."""
+    out, la, lb, spec = case
+    ext = {"n": 5, "k": 3, "r": 4, "c": 6}
+    a = RNG.standard_normal(tuple(ext[ch] for ch in la))
+    b = RNG.standard_normal(tuple(ext[ch] for ch in lb))
+    post = RNG.uniform(1.0, 2.0, ext[out[0]])
+
+    def f(a, b, w):
+        dims = {**{ch: a.shape[j] for j, ch in enumerate(la)},
+                **{ch: b.shape[j] for j, ch in enumerate(lb)}}
+        pos = {ch: j for j, ch in enumerate(out + "c")}
+
+        def term(ix):
+            ra = a[tuple(ix[pos[ch]] for ch in la)]
+            rb = b[tuple(ix[pos[ch]] for ch in lb)]
+            return ra * rb / w[ix[0]] * 2.0
+        return A.sum(A.generate(tuple(dims[ch] for ch in out + "c"), term))
+
+    assert any(contraction(s) is not None and contraction(s).batch is not None
+               for s in _folds(f, a, b, post))
+    want = np.einsum(spec, a, b) * 2.0 / post.reshape((-1,) + (1,) * (len(out) - 1))
+    c = A.compile(f)
+    np.testing.assert_allclose(c(a, b, post), want, rtol=1e-12, atol=1e-12)
+    assert any(k.startswith("mm_") for k in c.stats(a, b, post)["launches"])
+
+
+def test_gmm_indexing_gradient_products_are_batched_contractions():
+    """GMM written with indexing: the (N, K, D) products by L_k, batched over K inside
+    the arrays, are contractions in the primal and the gradient, and the cpu backend's
+    gradient matches the interpreter's."""
+    from benchmarks.corpus import gmm
+    prog = gmm.PROGRAMS[0]
+    args = prog.args("tiny")
+    f = prog.accel["indexing"]
+    g = A.gradientA(f, wrt=prog.wrt)
+    assert any(contraction(s) is not None and contraction(s).batch is not None
+               for s in _folds(g, *args))
+    for got, want in zip(A.run(g, *args), A.run(g, *args, backend="interpreter")):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def _triangular(lm, x):
+    """out[n, r] = sum_{c < r} lm[r, c] * (x[n, c] + 1): x has one column fewer than lm,
+    and the guard is what keeps its reads in bounds."""
+    n, d = x.shape[0], lm.shape[0]
+    return A.sum(A.generate((n, d, d), lambda ix: A.cond(
+        ix[2] < ix[1], lm[ix[1], ix[2]] * (x[ix[0], ix[2]] + 1.0), 0.0)))
+
+
+def test_guarded_operands_are_materialised_without_reading_more(blas_always):
+    """A product under a guard comparing index components (a triangular ``c < r``)
+    becomes a contraction of two materialised operands, each computed only where the
+    fold reads it: with bounds checks on, nothing reads out of bounds, and the values
+    are the interpreter's (the same with the rows' guard on the other side)."""
+    lm, x = RNG.standard_normal((5, 5)), RNG.standard_normal((4, 4))
+
+    def upper(lm, x):  # out[n, c] = sum_{r > c} lm[r, c] * x[n, r - 1]: guard c < r
+        n, d = x.shape[0], lm.shape[0]
+        return A.sum(A.generate((n, d, d), lambda ix: A.cond(
+            ix[1] < ix[2], lm[ix[2], ix[1]] * x[ix[0], ix[2] - 1], 0.0)))
+
+    for f in (_triangular, upper):
+        folds = _folds(f, lm, x)
+        assert any(contraction(s) is not None for s in folds), f.__name__
+        want = A.run(f, lm, x, backend="interpreter")
+        for check in (False, True):
+            c = A.compile(f, check_bounds=check)
+            np.testing.assert_allclose(c(lm, x), want, rtol=1e-12, atol=1e-12)
+        assert any(k.startswith("mm_") for k in c.stats(lm, x)["launches"])
+    ref = np.array([[sum(lm[r, c] * (x[i, c] + 1.0) for c in range(r)) for r in range(5)]
+                    for i in range(4)])
+    np.testing.assert_allclose(A.run(_triangular, lm, x), ref, rtol=1e-12)
+
+
+def test_guards_that_cannot_be_eliminated_keep_the_fold():
+    """A guard tying the folded component to two others (``c < r`` and ``c < n``) has no
+    exact per-operand condition: the fold stays as it is, and is right."""
+    lm, x = RNG.standard_normal((5, 5)), RNG.standard_normal((4, 5))
+
+    def f(lm, x):
+        n, d = x.shape[0], lm.shape[0]
+        return A.sum(A.generate((n, d, d), lambda ix: A.cond(
+            (ix[2] < ix[1]) & (ix[2] < ix[0]), lm[ix[1], ix[2]] * A.sin(x[ix[0], ix[2]]),
+            0.0)))
+    assert not any(contraction(s) is not None for s in _folds(f, lm, x))
+    np.testing.assert_allclose(A.run(f, lm, x), A.run(f, lm, x, backend="interpreter"),
+                               rtol=1e-12)
+
+
 def test_blas_phase_float32_and_empty_sums(blas_always):
     a = RNG.standard_normal((5, 4)).astype(np.float32)
     b = RNG.standard_normal((4, 3)).astype(np.float32)

@@ -13,8 +13,8 @@ says which index component plays which part:
                                                                   of A, B; b optional)
 
 * ``k``, the folded component, is read by both arrays;
-* a *batch* component is read by both arrays (at most one, the first dimension of the
-  output and of both arrays);
+* a *batch* component is read by both arrays (at most one, at any dimension of the
+  output and of either array: GMM's ``sum_c L[k, r, c] * xc[n, k, c]`` over (N, K, D));
 * an ``m`` component is read only by ``A``, an ``n`` component only by ``B`` (at most one
   each, not both absent; the output's non-batch dimensions are ``m`` and ``n`` in
   either order, one of them absent for a matrix-vector product);
@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 from ..ast import nodes as N
 from ..ast.traverse import free_vars, map_children
-from ..ast.types import ArrayT, Scalar, shape_type
+from ..ast.types import ArrayT, Scalar, int64, shape_type
+from ..simplify.rounds import tidy
 from .kernels import KBlock, KFold, KGenerate, map_blocks
 from .reductions import dim, expand, index_uses, is_sum
 
@@ -94,8 +95,6 @@ def contraction(s: KFold) -> Contraction | None:
     ms, ns = sorted(sa - sb), sorted(sb - sa)
     if len(batch) > 1 or len(ms) > 1 or len(ns) > 1 or not (ms or ns):
         return None
-    if batch and (batch[0] != 0 or a_axes[0] != 0 or b_axes[0] != 0):
-        return None
     return Contraction(p, a, tuple(a_axes), a_fixed, b, tuple(b_axes), b_fixed,
                        batch[0] if batch else None, ms[0] if ms else None, ns[0] if ns else None,
                        tuple(f.e for f in factors if isinstance(f, _Inv)),
@@ -132,8 +131,10 @@ def materialise_operands(blk: KBlock) -> KBlock:
     ``sum_k tanh(h[i, k] + b[k]) * w[j, k]`` is the typical case.  Besides making the
     product a BLAS call, this evaluates the group once per point of its subset instead
     of once per point of the whole domain (``tanh`` once per (i, k), not per (i, j, k)).
-    Products under guards are left alone: the guard may be what keeps a read in
-    bounds."""
+    A product under a guard ``if g then t else 0`` whose ``g`` compares index components
+    (a triangular ``c < r``, GMM's L_k read from ``icf``) is materialised only as
+    :func:`_guarded_groups` says: each operand under the exact condition for its point to
+    be read at all, so no element is read that the fold would not read."""
     steps: list = []
     changed = False
     for s in blk.steps:
@@ -151,38 +152,134 @@ def materialise_operands(blk: KBlock) -> KBlock:
 
 def _hoisted(s: KFold):
     """``[generates..., fold]`` for :func:`materialise_operands`, or None."""
-    found = _product_of(s, others=True)
-    if found is None or found[4]:
-        return None
+    found, guard = _guarded_product(s)  # ``if g then (product) else 0``, g on the index
+    if found is None:
+        found = _product_of(s, others=True)
+        if found is None or found[4]:
+            return None  # guards with index-free bounds: the host checks them for contraction
     p, rank, t, factors, _ = found
     groups: dict = {}  # the index components a group reads -> its factors
     rest = []
     for f in factors:
         if isinstance(f, (_Inv, _Post)):
-            rest.append(f.e)
+            rest.append(f)
             continue
         used = set(f.axes) if isinstance(f, _Read) else components(f.e, p)
         if used is None or rank not in used:
             return None
         groups.setdefault(frozenset(used), []).append(f)
-    if len(groups) != 2 or all(len(g) == 1 and isinstance(g[0], _Read)
-                               for g in groups.values()):
+    if len(groups) != 2:
+        return None
+    conds = {used: None for used in groups}
+    if guard is not None:
+        conds = _guarded_groups(s, p, rank, guard, list(groups))
+        if conds is None:
+            return None
+        for f in rest:  # under the guard, factors go with a group that reads their point
+            used = components(f.e, p)
+            home = next((u for u in groups if used is not None and used <= u), None)
+            if home is None:
+                return None
+            groups[home].append(_Other(f.e))
+        rest = []
+    elif all(len(g) == 1 and isinstance(g[0], _Read) for g in groups.values()):
         return None
     steps, operands = [], []
     for used, group in groups.items():
-        if len(group) == 1 and isinstance(group[0], _Read):
+        if conds[used] is None and len(group) == 1 and isinstance(group[0], _Read):
             operands.append(group[0].e)
             continue
         comps = sorted(used)
         extents = tuple(s.n if c == rank else dim(s.shape, c) for c in comps)
         q = N.Var(N.fresh("i"), shape_type(len(comps)))
         elt = product(tuple(_reindexed(f.e, p, q, comps) for f in group))
+        if conds[used] is not None:
+            elt = N.Cond(_reindexed(conds[used], p, q, comps), elt, N.Const(0.0, t))
         arr = N.Avar(N.fresh("a"), ArrayT(t, len(comps)))
-        steps.append(KGenerate((arr,), N.Tuple(extents), N.Lam((q,), elt)))
+        steps.append(KGenerate((arr,), N.Tuple(extents), N.Lam((q,), tidy(elt))))
         operands.append(N.Index(arr, N.Tuple(tuple(N.Prj(c, p) for c in comps))))
     fold = KFold(s.out, s.shape, s.n, s.f, s.z,
-                 N.Lam((p,), product(tuple(rest) + tuple(operands))))
+                 N.Lam((p,), product(tuple(f.e for f in rest) + tuple(operands))))
     return steps + [fold] if contraction(fold) is not None else None
+
+
+_COMPARE = {"lt": "lt", "le": "le", "gt": "lt", "ge": "le"}  # gt/ge: arguments swapped
+
+
+def _guarded_product(s: KFold):
+    """``(found, atoms)`` for a sum whose source is ``if g then t else 0`` with ``t`` a
+    product (``_product_of``'s ``found``) and ``g`` a conjunction of comparisons of
+    integer index expressions (``atoms``: ``(op, u, v)`` for ``u op v``, op ``lt``/``le``),
+    else ``(None, None)``."""
+    if not isinstance(s, KFold) or not is_sum(s):
+        return None, None
+    body = expand(s.src.body)
+    if not (isinstance(body, N.Cond) and isinstance(body.e, N.Const) and body.e.value == 0):
+        return None, None
+    p = s.src.params[0]
+    atoms, stack = [], [body.c]
+    while stack:
+        c = stack.pop()
+        if isinstance(c, N.PrimApp) and c.op == "and":
+            stack.extend(c.args)
+        elif isinstance(c, N.PrimApp) and c.op in _COMPARE and c.args[0].type == int64:
+            u, v = c.args if c.op in ("lt", "le") else reversed(c.args)
+            if index_uses(p, c) & {-1}:
+                return None, None
+            atoms.append((_COMPARE[c.op], u, v))
+        else:
+            return None, None
+    t = s.out.type.elt
+    rank = len(p.type.items) - 1
+    factors: list = []
+    guards: list = []
+    if not _factors(body.t, p, rank, factors, guards, True) or guards:
+        return None, None
+    return (p, rank, t, factors, guards), atoms
+
+
+def _guarded_groups(s: KFold, p: N.Var, rank: int, atoms: list, groups: list):
+    """The condition under which each group's point is read by the fold (a group reads
+    the index components of its key): the guard's comparisons on its components, and for
+    each comparison with one other component ``b`` (in no other comparison) its exact
+    elimination over ``b``'s range (``u < p.b`` for some ``b`` below ``E_b`` is
+    ``u + 1 < E_b``; ``p.b < v`` is ``0 < v``; likewise ``<=``), with every other
+    component's range non-empty.  None when a comparison cannot be eliminated so, or no
+    group reads every component of the guard (its operand holds the guard exactly)."""
+    def extent(c):
+        return s.n if c == rank else dim(s.shape, c)
+    comps = [index_uses(p, N.Tuple((u, v))) for _, u, v in atoms]
+    if not any(set().union(*comps) <= g for g in groups):
+        return None
+    out = {}
+    one, zero = N.Const(1, int64), N.Const(0, int64)
+    for g in groups:
+        conds = [N.PrimApp("lt", (zero, extent(c))) for c in range(rank + 1) if c not in g]
+        for k, ((op, u, v), used) in enumerate(zip(atoms, comps)):
+            outside = used - g
+            if not outside:
+                conds.append(N.PrimApp(op, (u, v)))
+                continue
+            (b,) = outside if len(outside) == 1 else (None,)
+            if b is None or any(b in c for j, c in enumerate(comps) if j != k):
+                return None
+            pb = N.Prj(b, p)
+            if u == pb and b not in index_uses(p, v):  # some b in range with b op v
+                conds.append(N.PrimApp(op, (zero, v)))
+            elif v == pb and b not in index_uses(p, u):  # some b in range with u op b
+                bound = N.PrimApp("sub", (extent(b), one))
+                conds.append(N.PrimApp(op, (u, bound)))
+            else:
+                return None
+        out[g] = None if not conds else _conjunction(conds)
+    return out
+
+
+def _conjunction(conds: list) -> N.Exp:
+    e = conds[0]
+    for c in conds[1:]:
+        e = N.PrimApp("and", (e, c))
+    return e
 
 
 def components(e, p: N.Var):

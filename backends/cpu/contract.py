@@ -4,7 +4,12 @@ A fold recognised as ``out[b, p, q] = c * sum_k X[b, p, k] * Y[b, k, q]`` gets o
 phase, ``mm``: its tasks are (batch, row) pairs of the output, and each range of tasks
 is cut into runs of consecutive rows of one batch, each computed by one ``np.dot``
 (numba calls the BLAS ``gemm`` SciPy ships) into the output's rows, then scaled by
-``c`` and multiplied element by element by the factors of the output's index.
+``c`` and multiplied element by element by the factors of the output's index.  When the
+batch is the leading dimension of the output and of both arrays (or there is none), the
+operands and the output rows are slices of the buffers; otherwise (a batch inside, as
+GMM's (N, K, D) arrays batched over K) each run gathers its rows, the batch's other
+matrix and its output rows through strides into contiguous scratch, O(rows * K) copies
+against O(rows * K * Q) multiply-adds.
 Measured on this 2-core machine, one thread: a 256^3 product takes 0.66 ms in BLAS, and
 the gradient of ``sum((a @ b)^2)`` at 256 (three products) 2.7-3.3 ms against 7.5-30 ms
 for the fold's own phases (the three formulations of the corpus), at 512 21-58 ms
@@ -54,6 +59,9 @@ def emit(g: KernelGen, s: KFold, c: Contraction, outs: list, dims: list, n: str)
     xa, ya = (c.a, c.b) if rows_from == "a" else (c.b, c.a)
     xaxes, yaxes = (c.a_axes, c.b_axes) if rows_from == "a" else (c.b_axes, c.a_axes)
     xfix, yfix = (c.a_fixed, c.b_fixed) if rows_from == "a" else (c.b_fixed, c.a_fixed)
+    if c.batch is not None and not (c.batch == 0 and xaxes[0] == 0 and yaxes[0] == 0):
+        _emit_strided(g, c, outs, dims, n, (xa, xaxes, xfix), (ya, yaxes, yfix), p, q)
+        return
     x, y = g.array(xa).leaves[0], g.array(ya).leaves[0]
     g.begin("mm")
     x0, y0 = _offset(g, xa, xfix), _offset(g, ya, yfix)
@@ -92,7 +100,15 @@ def emit(g: KernelGen, s: KFold, c: Contraction, outs: list, dims: list, n: str)
     g.emit(f"    np.dot({X}, {Y}, {out})")
     if scale is not None:
         g.emit(f"{out} *= {scale}")
-    if c.post:  # factors of the output's index: each element, after its sum
+    _post(g, c, rank, p, q, bt, r0, r1, Q, out)
+    g.emit(f"{t} += {r1} - {r0}")
+    g.ind -= 1
+
+
+def _post(g: KernelGen, c: Contraction, rank: int, p: int, q, bt: str, r0: str, r1: str,
+          Q: str, out: str) -> None:
+    """The factors of the output's index: each element of rows ``r0:r1``, after its sum."""
+    if c.post:
         rr, cc = g.fresh("rr"), g.fresh("cc")
         g.emit(f"for {rr} in range({r0}, {r1}):")
         g.emit(f"    for {cc} in range({Q}):")
@@ -106,6 +122,73 @@ def emit(g: KernelGen, s: KFold, c: Contraction, outs: list, dims: list, n: str)
         v = flat(g.apply(N.Lam((c.index,), product(c.post)), (tuple(at),)))[0]
         g.emit(f"{out}[{rr} - {r0}, {cc}] *= {v}")
         g.ind -= 2
+
+
+def _strides(dims: list) -> list:
+    """The C-order strides (atoms' products, as code) of an array of extents ``dims``."""
+    out = []
+    for j in range(len(dims)):
+        out.append(" * ".join(dims[j + 1:]) or "1")
+    return out
+
+
+def _emit_strided(g: KernelGen, c: Contraction, outs: list, dims: list, n: str, xs: tuple,
+                  ys: tuple, p: int, q) -> None:
+    """Phase ``mm`` for a batch that is not every buffer's leading dimension: each run
+    of rows of one batch gathers X (rows, K), Y (K, Q) and multiplies into scratch that
+    is scattered to the output (see the module docstring)."""
+    rank = len(dims)
+    (xa, xaxes, xfix), (ya, yaxes, yfix) = xs, ys
+    x, y = g.array(xa).leaves[0], g.array(ya).leaves[0]
+    g.begin("mm")
+    x0, y0 = _offset(g, xa, xfix), _offset(g, ya, yfix)
+    xst = dict(zip(xaxes, _strides(g.array(xa).dims[len(xfix):])))
+    yst = dict(zip(yaxes, _strides(g.array(ya).dims[len(yfix):])))
+    ost = dict(enumerate(_strides(dims)))
+    scale = flat(g.exp(product(c.scale)))[0] if c.scale else None
+    P, K = dims[p], n
+    Q = dims[q] if q is not None else "1"
+    t, bt, r0, r1 = g.fresh("t"), g.fresh("bt"), g.fresh("r0"), g.fresh("r1")
+    X, Y, out = g.fresh("X"), g.fresh("Y"), g.fresh("O")
+    rr, kk, cc, base = g.fresh("rr"), g.fresh("kk"), g.fresh("cc"), g.fresh("base")
+    dt = f"{x}.dtype"
+    g.emit(f"{Y} = np.empty(({K}, {Q}), dtype={dt})")
+    g.emit(f"{t} = lo")
+    g.emit(f"{bt} = -1")
+    g.emit(f"while {t} < hi:")
+    g.ind += 1
+    b_new = g.fresh("b")
+    g.emit(f"{b_new} = {t} // {P}")
+    g.emit(f"{r0} = {t} - {b_new} * {P}")
+    g.emit(f"{r1} = min({P}, {r0} + hi - {t})")
+    g.emit(f"if {b_new} != {bt}:")  # the batch's (K, Q) matrix, once per batch
+    g.ind += 1
+    g.emit(f"{bt} = {b_new}")
+    yq = f" + {cc} * {yst[q]}" if q is not None else ""
+    g.emit(f"for {kk} in range({K}):")
+    g.emit(f"    {base} = {y0} + {bt} * {yst[c.batch]} + {kk} * {yst[rank]}")
+    g.emit(f"    for {cc} in range({Q}):")
+    g.emit(f"        {Y}[{kk}, {cc}] = {y}[{base}{yq}]")
+    g.ind -= 1
+    g.emit(f"{X} = np.empty(({r1} - {r0}, {K}), dtype={dt})")
+    g.emit(f"for {rr} in range({r0}, {r1}):")
+    g.emit(f"    {base} = {x0} + {bt} * {xst[c.batch]} + {rr} * {xst[p]}")
+    g.emit(f"    for {kk} in range({K}):")
+    g.emit(f"        {X}[{rr} - {r0}, {kk}] = {x}[{base} + {kk} * {xst[rank]}]")
+    g.emit(f"{out} = np.empty(({r1} - {r0}, {Q}), dtype={dt})")
+    g.emit(f"if {K} == 0:")
+    g.emit(f"    {out}[:] = 0")
+    g.emit("else:")
+    g.emit(f"    np.dot({X}, {Y}, {out})")
+    if scale is not None:
+        g.emit(f"{out} *= {scale}")
+    _post(g, c, rank, p, q, bt, r0, r1, Q, out)
+    o = outs[0]
+    oq = f" + {cc} * {ost[q]}" if q is not None else ""
+    g.emit(f"for {rr} in range({r0}, {r1}):")
+    g.emit(f"    {base} = {bt} * {ost[c.batch]} + {rr} * {ost[p]}")
+    g.emit(f"    for {cc} in range({Q}):")
+    g.emit(f"        {o}[{base}{oq}] = {out}[{rr} - {r0}, {cc}]")
     g.emit(f"{t} += {r1} - {r0}")
     g.ind -= 1
 
