@@ -64,15 +64,28 @@ def test_other_folds_are_not_contractions():
         lambda a: A.sum(A.map(lambda v: v * v, a)),
         # a maximum, not a sum
         lambda a: A.maximum(A.generate((n, n, k), lambda ix: a[ix[0], ix[2]] * a[ix[1], ix[2]])),
-        # three reads
-        lambda a: A.sum(A.generate((n, n, k),
-                                   lambda ix: a[ix[0], ix[2]] * a[ix[1], ix[2]] * a[0, ix[2]])),
+        # three reads, one of them at every component of the index
+        lambda a: A.sum(A.generate((n, n, k), lambda ix: a[ix[0], ix[2]] * a[ix[1], ix[2]]
+                                   * a[(ix[0] + ix[1]) % n, ix[2]])),
         # a non-linear function of the reads
         lambda a: A.sum(A.generate((n, n, k),
                                    lambda ix: A.sin(a[ix[0], ix[2]] * a[ix[1], ix[2]]))),
     ]
     for f in not_products:
         assert all(contraction(s) is None for s in _folds(f, x))
+
+
+def test_a_third_factor_of_fewer_components_joins_an_operand():
+    """``sum_k a[i, k] * a[0, k] * a[j, k]``: the factor read at (k) joins the operand
+    read at (i, k), which is materialised; the fold is a product, and right."""
+    x = RNG.standard_normal((5, 4))
+
+    def f(a):
+        n, k = a.shape
+        return A.sum(A.generate((n, n, k), lambda ix: a[ix[0], ix[2]] * a[0, ix[2]]
+                                * a[ix[1], ix[2]]))
+    assert any(contraction(s) is not None for s in _folds(f, x))
+    np.testing.assert_allclose(A.run(f, x), (x * x[0]) @ x.T, rtol=1e-12)
 
 
 def _gen_product(out_order, a_layout, b_layout, scale=None):

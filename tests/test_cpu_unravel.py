@@ -60,3 +60,30 @@ def test_counted_finds_divisions_through_lets():
     # a division of another component is left alone
     other = N.PrimApp("floordiv", (N.Prj(0, p), N.Const(3, int64)))
     assert unravel.counted(N.Lam((p,), other), 1) is None
+
+
+@pytest.mark.parametrize("divisor", [3, -2, 0])
+@pytest.mark.parametrize("rows", [(40, 17), (3, 5)])
+def test_divisions_in_blocks_of_rows(rows, divisor):
+    """Phases ``b`` and ``o`` (rows in blocks; interchanged) count too: many short rows
+    with a divided inner index (a 2-D window summed as one fold) match the interpreter,
+    with and without counting, for positive, negative and zero divisors."""
+    x = RNG.standard_normal(rows)
+    win = 6
+
+    def f(x):
+        n, m = x.shape
+
+        def elt(ix):
+            c = divisor if divisor != 3 else 3
+            j = ix[2]
+            return x[ix[0], (ix[1] + j // c + j % c) % m] * A.to_float(j + 1)
+        return A.sum(A.generate((n, m, win), elt))
+    want = A.run(f, x, backend="interpreter")
+    for enabled in (True, False):
+        unravel.ENABLED = enabled
+        try:
+            got = A.compile(f)(x)
+        finally:
+            unravel.ENABLED = True
+        np.testing.assert_allclose(got, want, rtol=1e-12)

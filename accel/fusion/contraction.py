@@ -168,20 +168,25 @@ def _hoisted(s: KFold):
         if used is None or rank not in used:
             return None
         groups.setdefault(frozenset(used), []).append(f)
-    if len(groups) != 2:
-        return None
+    for used in sorted(groups, key=len):  # more than two: a group of fewer components
+        wider = [u for u in groups if used < u]  # joins a superset's
+        if len(groups) > 2 and wider:
+            groups[max(wider, key=len)].extend(groups.pop(used))
+    if len(groups) != 2 or any(len(u) == rank + 1 for u in groups):
+        return None  # (an operand over the whole domain saves nothing)
     conds = {used: None for used in groups}
     if guard is not None:
-        conds = _guarded_groups(s, p, rank, guard, list(groups))
-        if conds is None:
+        found = _guarded_groups(s, p, rank, guard, list(groups))
+        if found is None:
             return None
+        conds, mask = found
         for f in rest:  # under the guard, factors go with a group that reads their point
             used = components(f.e, p)
             home = next((u for u in groups if used is not None and used <= u), None)
             if home is None:
                 return None
             groups[home].append(_Other(f.e))
-        rest = []
+        rest = [] if mask is None else [_Post(N.Cond(mask, N.Const(1.0, t), N.Const(0.0, t)))]
     elif all(len(g) == 1 and isinstance(g[0], _Read) for g in groups.values()):
         return None
     steps, operands = [], []
@@ -245,12 +250,16 @@ def _guarded_groups(s: KFold, p: N.Var, rank: int, atoms: list, groups: list):
     elimination over ``b``'s range (``u < p.b`` for some ``b`` below ``E_b`` is
     ``u + 1 < E_b``; ``p.b < v`` is ``0 < v``; likewise ``<=``), with every other
     component's range non-empty.  None when a comparison cannot be eliminated so, or no
-    group reads every component of the guard (its operand holds the guard exactly)."""
+    group reads every component of the guard's comparisons that read the folded component
+    (its operand holds them exactly).  The others, on the output's index only, also
+    multiply the sum as a mask: ``(conditions, mask or None)``."""
     def extent(c):
         return s.n if c == rank else dim(s.shape, c)
     comps = [index_uses(p, N.Tuple((u, v))) for _, u, v in atoms]
-    if not any(set().union(*comps) <= g for g in groups):
+    inner = set().union(*[c for c in comps if rank in c])
+    if not any(inner <= g for g in groups):
         return None
+    lifted = [N.PrimApp(op, (u, v)) for (op, u, v), c in zip(atoms, comps) if rank not in c]
     out = {}
     one, zero = N.Const(1, int64), N.Const(0, int64)
     for g in groups:
@@ -272,7 +281,7 @@ def _guarded_groups(s: KFold, p: N.Var, rank: int, atoms: list, groups: list):
             else:
                 return None
         out[g] = None if not conds else _conjunction(conds)
-    return out
+    return out, (_conjunction(lifted) if lifted else None)
 
 
 def _conjunction(conds: list) -> N.Exp:

@@ -31,6 +31,7 @@ from .materialised import read_materialised
 from .broadcasts import narrow_broadcasts
 from .contraction import materialise_operands
 from .reductions import rewrite_reductions
+from .scatter_sums import sum_before_scatter
 from .inplace import mark_inplace
 
 #: Index functions whose cost (see ``accel.ast.cost``) is at most this are recomputed at every use.
@@ -373,7 +374,8 @@ def fuse(prog: N.Program) -> KernelProgram:
         blk = aflatten(prog.body, {})
         uses = Uses()
         uses.block(blk)
-        body = read_materialised(rewrite_reductions(tidy_block(Fuser(uses).block(blk))))
+        body = sum_before_scatter(tidy_block(Fuser(uses).block(blk)))
+        body = read_materialised(rewrite_reductions(body))
         body = materialise_operands(narrow_broadcasts(body))
         return mark_inplace(KernelProgram(tuple(prog.params), body, prog.type))
 

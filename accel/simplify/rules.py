@@ -17,7 +17,7 @@ from ..ast.alpha import alpha_eq
 from ..ast.nodes import (Acond, Alet, APrj, ATuple, Avar, Awhile, Cond, Const, Generate, Index, Let,
                          PrimApp, Prj, Shape, Tuple, Unit, Var, While)
 from ..ast.prims import PRIMS
-from ..ast.traverse import with_fields
+from ..ast.traverse import free_vars, substitute, with_fields
 from ..ast.types import bool_
 from .base import is_param, trivial
 from .shapes import dims_exp
@@ -268,6 +268,11 @@ def _r_cond(self: Local, n: Cond):
             return PrimApp("not", (c,))
     if type(c) is PrimApp and c.op == "not":
         return with_fields(n, c=c.args[0], t=n.e, e=n.t)
+    if type(c) is Var:  # inside a branch its condition is known (AD nests the same test)
+        fv_t, fv_e = free_vars(n.t), free_vars(n.e)
+        if c.name in fv_t or c.name in fv_e:
+            return with_fields(n, t=substitute(n.t, {c.name: Const(True, bool_)}),
+                               e=substitute(n.e, {c.name: Const(False, bool_)}))
     return None
 
 

@@ -19,14 +19,14 @@ once and fuses into its consumer.
 from __future__ import annotations
 
 from ..ast.cost import cost
-from ..ast.nodes import (Alet, Avar, Generate, Lam, Map, Node, Prj, Program, Shape, Var, ZipWith,
-                         fresh)
+from ..ast.nodes import (Alet, Avar, Generate, Index, Lam, Let, Map, Node, Prj, Program, Shape,
+                         Var, ZipWith, fresh)
 from ..ast.traverse import LEAVES, freshen, map_children, rebuild, with_fields
 from ..ast.types import leaves
 from .base import wrap_lets
 from .rename import simplifier_pass
 from .rounds import tidy
-from .uses import Uses, param_path
+from .uses import Uses, chain, param_path
 
 #: An array of tuples is split (see ``ElementSplit``) when its components' functions together
 #: cost at most this much more than the whole function (or than the array's traffic).
@@ -77,6 +77,13 @@ class ElementSplit:
             args = (n.a,) if t is Map else (n.a, n.b)
             if any(type(a) is Avar and a.name in self.env for a in args):
                 return self.reread(n, args)
+        if t is Prj:
+            path, base = chain(n)
+            if type(base) is Index and type(base.array) is Avar and base.array.name in self.env:
+                return Index(self.env[base.array.name][path], self.go(base.index))
+        if (t is Let and type(n.bound) is Index and type(n.bound.array) is Avar
+                and n.bound.array.name in self.env):
+            return self.go(_reread_let(n, self.env[n.bound.array.name]))
         if t is Shape and n.array.name in self.env:
             return Shape(next(iter(self.env[n.array.name].values())))
         if t is Alet:
@@ -106,7 +113,7 @@ class ElementSplit:
         name = v.name
         if type(b) not in (Generate, Map, ZipWith):
             return None
-        if len(paths) + u.shapes.get(name, 0) != u.cnt.get(name, 0):
+        if u.projuses.get(name, 0) + u.shapes.get(name, 0) != u.cnt.get(name, 0):
             return None  # read some other way too
         out = {}
         for path in dict.fromkeys(paths):
@@ -144,6 +151,19 @@ class ElementSplit:
         if not changed and body is n:
             return head
         return wrap_lets(binds, body, Alet)
+
+
+def _reread_let(n, comps: dict):
+    """``let e = a ! ix in body`` (``body`` projecting ``e`` only) with each ``e.path``
+    read from the component array of that path instead."""
+    name, ix = n.var.name, n.bound.index
+
+    def go(e):
+        path, base = chain(e)
+        if path and type(base) is Var and base.name == name:
+            return Index(comps[path], ix)
+        return map_children(e, go) if isinstance(e, Node) else e
+    return go(n.body)
 
 
 def _identity(f: Lam) -> bool:

@@ -22,7 +22,13 @@ class Uses:
 
     def __init__(self, root):
         cnt, udepth, bdepth, indirect, nonprj, prj = {}, {}, {}, set(), {}, {}
-        eltprj, shapes = {}, {}  # array name -> element paths projected by maps; shape uses
+        # array name -> element paths its projected reads take; how many of its uses are
+        # such reads (every path of the use recorded); shape uses
+        eltprj, projuses, shapes = {}, {}, {}
+
+        def projected(name, paths):
+            eltprj.setdefault(name, []).extend(paths)
+            projuses[name] = projuses.get(name, 0) + 1
         stack = [(root, 0)]
         while stack:
             n, d = stack.pop()
@@ -45,7 +51,12 @@ class Uses:
                         prj[name] = s = set()
                     s.add(n.index)
                 else:
-                    stack.append((tup, d))
+                    path, base = chain(n)
+                    if type(base) is Index and type(base.array) is Avar:
+                        projected(base.array.name, [path])  # ``(a ! ix).i.j``
+                        stack.append((base, d))
+                    else:
+                        stack.append((tup, d))
             elif t is Index or t is Shape:
                 name = n.array.name
                 if t is Shape:
@@ -57,6 +68,10 @@ class Uses:
                 if t is Index:
                     stack.append((n.index, d))
             elif t is Let or t is Alet:
+                if t is Let and type(n.bound) is Index and type(n.bound.array) is Avar:
+                    paths = var_paths(n.var.name, n.body)  # ``let e = a ! ix in e.0 ...``
+                    if paths:
+                        projected(n.bound.array.name, sorted(paths))
                 bdepth[n.var.name] = d
                 stack.append((n.bound, d))
                 stack.append((n.body, d))
@@ -71,32 +86,35 @@ class Uses:
                     for k, a in enumerate((n.a,) if t is Map else (n.a, n.b)):
                         path = param_path(n.f, k) if type(a) is Avar else None
                         if path is not None:
-                            eltprj.setdefault(a.name, []).append(path)
+                            projected(a.name, [path])
                 for c in subterms(n):
                     stack.append((c, d))
         self.cnt, self.udepth, self.bdepth = cnt, udepth, bdepth
         self.indirect, self.nonprj, self.prj = indirect, nonprj, prj
-        self.eltprj, self.shapes = eltprj, shapes
+        self.eltprj, self.projuses, self.shapes = eltprj, projuses, shapes
 
 
-def param_path(f: Lam, k: int):
-    """``(i, j, ...)`` if ``f`` reads its parameter ``k`` only as ``x.i.j...`` with that one
-    path (each use projected at least once), else None."""
-    name = f.params[k].name
+def chain(e):
+    """``(path, base)`` of a projection chain ``base.i.j...`` (``path`` = ``(i, j, ...)``)."""
+    path = []
+    while type(e) is Prj:
+        path.append(e.index)
+        e = e.tup
+    return tuple(reversed(path)), e
+
+
+def var_paths(name: str, body) -> set | None:
+    """The paths ``(i, j, ...)`` through which ``body`` reads the tuple variable ``name``
+    (every use ``x.i.j...``, maximal chains), or None if it is used otherwise."""
     paths: set = set()
-    stack = [f.body]
+    stack = [body]
     while stack:
         e = stack.pop()
         t = type(e)
         if t is Prj:
-            path, base = [], e
-            while type(base) is Prj:
-                path.append(base.index)
-                base = base.tup
+            path, base = chain(e)
             if type(base) is Var and base.name == name:
-                paths.add(tuple(reversed(path)))
-                if len(paths) > 1:
-                    return None
+                paths.add(path)
                 continue
             stack.append(base)
         elif t is Var:
@@ -107,7 +125,14 @@ def param_path(f: Lam, k: int):
             return None  # shadowed (binders are unique after ``freshen``; be safe)
         else:
             stack.extend(subterms(e))
-    return next(iter(paths)) if paths else None
+    return paths
+
+
+def param_path(f: Lam, k: int):
+    """``(i, j, ...)`` if ``f`` reads its parameter ``k`` only as ``x.i.j...`` with that one
+    path (each use projected at least once), else None."""
+    paths = var_paths(f.params[k].name, f.body)
+    return next(iter(paths)) if paths and len(paths) == 1 else None
 
 
 def element_path(f: Lam):

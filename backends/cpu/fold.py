@@ -88,41 +88,13 @@ def emit(s: KFold, check: bool):
     g.emit(f"{st} = {lo} + 1")
     if s.z is not None:
         g.ind -= 1
-    j = g.fresh("j")
     if buffered:
         _fold_buffered(g, s, acc, ix, st, hi, buf)
     else:
-        unravelled = counted(s.src, len(dims))
-        if unravelled is not None:  # j // c and j % c by counters (``unravel``)
-            body, divs = unravelled
-            ds = [flat(g.exp(d))[0] for d, _, _ in divs]
-            g.emit(f"if {' and '.join(f'{d} > 0' for d in ds)}:")
-            g.ind += 1
-            olds = []
-            for d, (_, q, rv) in zip(ds, divs):
-                qa, ra = g.fresh("q"), g.fresh("r")
-                g.emit(f"{qa} = {st} // {d}")
-                g.emit(f"{ra} = {st} - {qa} * {d}")
-                olds += [g.bind(q, qa), g.bind(rv, ra)]
-            g.loop(j, f"range({st}, {hi})")
-            x = g.apply(N.Lam(s.src.params, body), (tuple(ix + [j]),))
+        def step(src, j):
+            x = g.apply(src, (tuple(ix + [j]),))
             g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
-            for d, (_, q, rv) in zip(ds, divs):
-                qa, ra = g.env[q.name], g.env[rv.name]
-                g.emit(f"{ra} += 1")
-                g.emit(f"if {ra} == {d}:")
-                g.emit(f"    {ra} = 0")
-                g.emit(f"    {qa} += 1")
-            g.unbind(olds)
-            g.ind -= 2
-            g.emit("else:")
-            g.ind += 1
-        g.loop(j, f"range({st}, {hi})")
-        x = g.apply(s.src, (tuple(ix + [j]),))
-        g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
-        g.ind -= 1
-        if unravelled is not None:
-            g.ind -= 1
+        _inner_loop(g, s, len(dims), st, hi, step)
     g.store(parts, tk, tuple(acc))
     # rows in blocks (each block's element functions emitted up to 16 times: only
     # for small ones), by rows or interchanged (see outer_major)
@@ -183,6 +155,42 @@ def _fold_buffered(g: KernelGen, s: KFold, acc: list, ix: list, st: str, hi: str
     g.loop(j, f"range({jb}, {je})")
     g.update(acc, ts, g.apply(s.f, (acc[0], at(buf, f"{j} - {jb}"))))
     g.ind -= 2
+
+
+def _inner_loop(g: KernelGen, s: KFold, rank: int, start: str, end: str, step) -> None:
+    """The loop ``for j in range(start, end)`` of a fold, ``step(src, j)`` emitting its
+    body for the source function ``src``; ``j // c`` and ``j % c`` of the source follow
+    ``j`` by counters (``unravel``) when every divisor is positive at run time."""
+    unravelled = counted(s.src, rank)
+    j = g.fresh("j")
+    if unravelled is not None:
+        body, divs = unravelled
+        ds = [flat(g.exp(d))[0] for d, _, _ in divs]
+        g.emit(f"if {' and '.join(f'{d} > 0' for d in ds)}:")
+        g.ind += 1
+        olds = []
+        for d, (_, q, rv) in zip(ds, divs):
+            qa, ra = g.fresh("q"), g.fresh("r")
+            g.emit(f"{qa} = {start} // {d}")
+            g.emit(f"{ra} = {start} - {qa} * {d}")
+            olds += [g.bind(q, qa), g.bind(rv, ra)]
+        g.loop(j, f"range({start}, {end})")
+        step(N.Lam(s.src.params, body), j)
+        for d, (_, q, rv) in zip(ds, divs):
+            qa, ra = g.env[q.name], g.env[rv.name]
+            g.emit(f"{ra} += 1")
+            g.emit(f"if {ra} == {d}:")
+            g.emit(f"    {ra} = 0")
+            g.emit(f"    {qa} += 1")
+        g.unbind(olds)
+        g.ind -= 2
+        g.emit("else:")
+        g.ind += 1
+    g.loop(j, f"range({start}, {end})")
+    step(s.src, j)
+    g.ind -= 1
+    if unravelled is not None:
+        g.ind -= 1
 
 
 def _fold_blocked(g: KernelGen, s: KFold, dims: list, outs: list, n: str):
@@ -288,7 +296,6 @@ def _fold_rows(g: KernelGen, s: KFold, outs: list, rows: list, jlo: str | None,
     values in the output."""
     elt = s.out.type.elt
     ts = leaves(elt)
-    j = g.fresh("j")
     accs = [[g.fresh("acc") for _ in ts] for _ in rows]
     if jlo is not None:
         for acc, (pos, _) in zip(accs, rows):
@@ -303,11 +310,11 @@ def _fold_rows(g: KernelGen, s: KFold, outs: list, rows: list, jlo: str | None,
         for acc, (_, row) in zip(accs, rows):
             g.set_vars(acc, ts, g.apply(s.src, (tuple(row + ["0"]),)))
         start = "1"
-    g.loop(j, f"range({start}, {jhi})")
-    for acc, (_, row) in zip(accs, rows):
-        x = g.apply(s.src, (tuple(row + [j]),))
-        g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
-    g.ind -= 1
+    def step(src, j):
+        for acc, (_, row) in zip(accs, rows):
+            x = g.apply(src, (tuple(row + [j]),))
+            g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
+    _inner_loop(g, s, len(rows[0][1]), start, jhi, step)
     for acc, (pos, _) in zip(accs, rows):
         g.store(outs, pos, tuple(acc))
 
