@@ -955,3 +955,18 @@ def test_random_programs_unchanged(p, n, vals):
         typecheck(q)
         same_values(evaluate(q, args), evaluate(p, args))
     check(p, args, adjoint_zeros=True)
+
+
+def test_a_condition_is_known_inside_its_branches():
+    """``if c then (if c then a else b) * x else (if c then d else e)``, ``c`` let-bound
+    (as reverse AD nests one test in another): inside the branches the inner tests are
+    decided, and the values are unchanged."""
+    def f(x):
+        def elt(v):
+            c = v > 0.5
+            inner = A.cond(c, v * 2.0, v - 1.0)
+            return A.cond(c, inner * v, A.cond(c, v + 3.0, -v))
+        return A.map(elt, x)
+
+    q = check(trace(f, V1), [np.linspace(0.0, 1.0, 7)])
+    assert count(q, Cond) == 1
