@@ -281,6 +281,27 @@ def test_guards_that_cannot_be_eliminated_keep_the_fold():
                                rtol=1e-12)
 
 
+@pytest.mark.parametrize("form", ["replicate", "generate"])
+def test_least_squares_gradient_is_a_guarded_matrix_vector_product(blas_always, form):
+    """The gradient of ``0.5 |Xw - y|^2`` under the gathers' index-free guards: the
+    residual is materialised, the matrix stays a read whose guards the host checks (no
+    copy of X), both folds are products, and the values are the interpreter's."""
+    f = getattr(linalg, "lstsq_" + form)
+    x, w, y = RNG.standard_normal((7, 5)), RNG.standard_normal(5), RNG.standard_normal(7)
+    g = A.gradientA(f, wrt=1)
+    sig = tuple(arg_type(a, i) for i, a in enumerate((x, w, y)))
+    kp = fuse(optimise(trace_program(g, sig)))
+    folds = [s for s in kp.body.steps if isinstance(s, KFold)]
+    assert len(folds) == 2 and all(contraction(s) is not None for s in folds)
+    assert not any(isinstance(s, KGenerate) and s.outs[0].type.rank == 2
+                   for s in kp.body.steps)
+    c = A.compile(g)
+    np.testing.assert_allclose(c(x, w, y), A.run(g, x, w, y, backend="interpreter"),
+                               rtol=1e-12)
+    np.testing.assert_allclose(c(x, w, y), x.T @ (x @ w - y), rtol=1e-12)
+    assert any(k.startswith("mm_") for k in c.stats(x, w, y)["launches"])
+
+
 def test_blas_phase_float32_and_empty_sums(blas_always):
     a = RNG.standard_normal((5, 4)).astype(np.float32)
     b = RNG.standard_normal((4, 3)).astype(np.float32)

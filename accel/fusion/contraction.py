@@ -155,8 +155,10 @@ def _hoisted(s: KFold):
     found, guard = _guarded_product(s)  # ``if g then (product) else 0``, g on the index
     if found is None:
         found = _product_of(s, others=True)
-        if found is None or found[4]:
-            return None  # guards with index-free bounds: the host checks them for contraction
+        if found is None:
+            return None
+        if found[4]:  # factors guarded by ``p.d < x``: the same rule as a guard's
+            guard = [("lt", N.Prj(d, found[0]), x) for d, x in found[4]]
     p, rank, t, factors, _ = found
     groups: dict = {}  # the index components a group reads -> its factors
     rest = []
@@ -172,27 +174,32 @@ def _hoisted(s: KFold):
         wider = [u for u in groups if used < u]  # joins a superset's
         if len(groups) > 2 and wider:
             groups[max(wider, key=len)].extend(groups.pop(used))
-    if len(groups) != 2 or any(len(u) == rank + 1 for u in groups):
-        return None  # (an operand over the whole domain saves nothing)
+    if len(groups) != 2 or any(len(u) == rank + 1 and not (len(g) == 1 and isinstance(
+            g[0], _Read)) for u, g in groups.items()):
+        return None  # (materialising an operand over the whole domain saves nothing)
     conds = {used: None for used in groups}
     if guard is not None:
         found = _guarded_groups(s, p, rank, guard, list(groups))
         if found is None:
             return None
         conds, mask = found
+        plain = {u for u, g in groups.items() if len(g) == 1 and isinstance(g[0], _Read)}
         for f in rest:  # under the guard, factors go with a group that reads their point
-            used = components(f.e, p)
-            home = next((u for u in groups if used is not None and used <= u), None)
-            if home is None:
+            used = components(f.e, p)  # (rather one that is materialised anyway)
+            homes = sorted((u for u in groups if used is not None and used <= u),
+                           key=lambda u: u in plain)
+            if not homes:
                 return None
-            groups[home].append(_Other(f.e))
+            groups[homes[0]].append(_Other(f.e))
         rest = [] if mask is None else [_Post(N.Cond(mask, N.Const(1.0, t), N.Const(0.0, t)))]
     elif all(len(g) == 1 and isinstance(g[0], _Read) for g in groups.values()):
         return None
     steps, operands = [], []
     for used, group in groups.items():
-        if conds[used] is None and len(group) == 1 and isinstance(group[0], _Read):
-            operands.append(group[0].e)
+        if len(group) == 1 and isinstance(group[0], _Read) and _bounds_only(conds[used], p):
+            read = group[0].e  # guards ``p.d < x`` stay: the host checks them at launch
+            operands.append(read if conds[used] is None
+                            else N.Cond(conds[used], read, N.Const(0.0, t)))
             continue
         comps = sorted(used)
         extents = tuple(s.n if c == rank else dim(s.shape, c) for c in comps)
@@ -282,6 +289,20 @@ def _guarded_groups(s: KFold, p: N.Var, rank: int, atoms: list, groups: list):
                 return None
         out[g] = None if not conds else _conjunction(conds)
     return out, (_conjunction(lifted) if lifted else None)
+
+
+def _bounds_only(c, p: N.Var) -> bool:
+    """Whether condition ``c`` (or None) is a conjunction of ``p.d < x``, ``x`` free of
+    ``p``: the guards :func:`contraction` leaves to the host."""
+    stack = [] if c is None else [c]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, N.PrimApp) and x.op == "and":
+            stack.extend(x.args)
+        elif not (isinstance(x, N.PrimApp) and x.op == "lt" and isinstance(x.args[0], N.Prj)
+                  and x.args[0].tup == p and p.name not in free_vars(x.args[1])):
+            return False
+    return True
 
 
 def _conjunction(conds: list) -> N.Exp:
