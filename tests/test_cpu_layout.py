@@ -20,13 +20,16 @@ from accel.ast.types import float64
 from kernel_builders import P, at, av, dim, ix_lam, kernel_asm, kprog, lam, sh
 
 
-def _matvec_prog(reads_row_last_first: bool):
-    """y[i, k, r] = sum_j L[k, r, j] * x[i, k, j] (or L[k, j, r] with the flag)."""
+def _matvec_prog(reads_row_last_first: bool, squared: bool = False):
+    """y[i, k, r] = sum_j L[k, r, j] * x[i, k, j] (or L[k, j, r] with the flag; with
+    ``squared``, x[i, k, j]^2: three reads, so not a matrix product that BLAS would take
+    (``contraction``), whose operands are never copied)."""
     lm, x, y = av(float64, 3, "L"), av(float64, 3, "x"), av(float64, 3, "y")
 
     def src(i, k, r, j):
         lread = at(lm, k, j, r) if reads_row_last_first else at(lm, k, r, j)
-        return P("mul", lread, at(x, i, k, j))
+        xr = P("mul", at(x, i, k, j), at(x, i, k, j)) if squared else at(x, i, k, j)
+        return P("mul", lread, xr)
 
     fold = KFold(y, sh(dim(x, 0), dim(x, 1), dim(lm, 1)), dim(x, 2),
                  lam((float64, float64), lambda a, b: P("add", a, b)), zero(), ix_lam(4, src))
@@ -43,14 +46,14 @@ def _inputs(n=37, k=3, d=19, seed=0):
 
 
 def test_fold_reading_a_matrix_across_its_rows_gets_one_transposed_copy():
-    kp, _ = _matvec_prog(False)
+    kp, _ = _matvec_prog(False, squared=True)
     out = transpose_reads(kp)
     gens = [s for s in out.body.steps if isinstance(s, KGenerate)]
     (fold,) = [s for s in out.body.steps if isinstance(s, KFold)]
     assert len(gens) == 1 and out.body.steps.index(gens[0]) == 0
     assert gens[0].outs[0].name in repr(fold.src)  # the fold reads the copy
     lmat, x = _inputs()
-    want = np.einsum("krj,ikj->ikr", lmat, x)
+    want = np.einsum("krj,ikj->ikr", lmat, x * x)
     np.testing.assert_allclose(evaluate(out, [lmat, x]), want, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(prepare_kernels(kp)([lmat, x]), want, rtol=1e-13, atol=1e-13)
 
@@ -68,7 +71,7 @@ def test_no_copy_when_the_read_is_already_contiguous_or_not_reused():
 
 
 def test_folds_of_one_block_share_the_copy():
-    kp, (lm, x) = _matvec_prog(False)
+    kp, (lm, x) = _matvec_prog(False, squared=True)
     (fold,) = kp.body.steps
     y2 = av(float64, 3, "y2")
     fold2 = KFold(y2, fold.shape, fold.n, fold.f, fold.z,
@@ -78,7 +81,7 @@ def test_folds_of_one_block_share_the_copy():
     assert sum(isinstance(s, KGenerate) for s in out.body.steps) == 1
     lmat, xv = _inputs(n=5, k=2, d=9)
     got = prepare_kernels(kp2)([lmat, xv])
-    np.testing.assert_allclose(got[0], np.einsum("krj,ikj->ikr", lmat, xv), rtol=1e-13)
+    np.testing.assert_allclose(got[0], np.einsum("krj,ikj->ikr", lmat, xv * xv), rtol=1e-13)
     np.testing.assert_allclose(got[1], (lmat[None] - xv[:, :, None, :]).sum(-1), rtol=1e-13)
 
 
