@@ -31,6 +31,7 @@ from .materialised import read_materialised
 from .broadcasts import narrow_broadcasts
 from .contraction import materialise_operands
 from .reductions import rewrite_reductions
+from .deadstate import drop_dead_state
 from .inplace import mark_inplace
 
 #: Index functions whose cost (see ``accel.ast.cost``) is at most this are recomputed at every use.
@@ -375,7 +376,7 @@ def fuse(prog: N.Program) -> KernelProgram:
         uses.block(blk)
         body = read_materialised(rewrite_reductions(tidy_block(Fuser(uses).block(blk))))
         body = materialise_operands(narrow_broadcasts(body))
-        return mark_inplace(KernelProgram(tuple(prog.params), body, prog.type))
+        return mark_inplace(drop_dead_state(KernelProgram(tuple(prog.params), body, prog.type)))
 
 
 def tidy_block(blk: KBlock) -> KBlock:
