@@ -144,7 +144,8 @@ def _swap(x):
     def body(st):
         t, a, b = st
         return (A.unit(A.the(t) + 1), b, A.map(lambda v: v + 1.0, a))
-    return A.awhile(lambda st: A.unit(A.the(st[0]) < 9), body, (A.unit(0), x, A.map(lambda v: v * 2.0, x)))
+    init = (A.unit(0), x, A.map(lambda v: v * 2.0, x))
+    return A.awhile(lambda st: A.unit(A.the(st[0]) < 9), body, init)
 
 
 def test_state_passed_through_keeps_its_buffer():
