@@ -16,7 +16,8 @@ import pytest
 import accel as A
 from accel.errors import OutOfBoundsError
 from accel.fusion.deadstate import drop_dead_state
-from accel.fusion.kernels import KAwhile
+from accel.ast.types import leaves
+from accel.fusion.kernels import KAwhile, KGenerate
 
 
 def _runner(prog):
@@ -240,3 +241,70 @@ def test_rnn_gradient_counts_without_the_hidden_state():
     _same(prog, g, *args)
     counting = next(_loops(_runner(prog).kp.body))
     assert all(p.type.rank == 0 for p in counting.params)
+
+
+# --------------------------------------------------------------------------- pruned leaves
+
+
+def _newton(T):
+    def loss(a, b, x0):
+        def body(st):
+            t, x = st
+            def step(i):
+                return x[i] - (x[i] * x[i] * x[i] + a[i] * x[i] - b[i]) / (3.0 * x[i] * x[i] + a[i])
+            return (A.unit(A.the(t) + 1), A.generate((A.size(x),), step))
+        x = A.awhile(lambda st: A.unit(A.the(st[0]) < T), body, (A.unit(0), x0))[1]
+        return A.sum(x)
+    return loss
+
+
+def _generates(block):
+    for s in block.steps:
+        if isinstance(s, KAwhile):
+            yield from _generates(s.cond)
+            yield from _generates(s.body)
+        elif isinstance(s, KGenerate):
+            yield s
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "fused", "cpu"])
+def test_reverse_loop_bodies_store_no_constant_or_index_leaves(backend):
+    """The reverse body of a Newton step stores its adjoint contributions, not the
+    ``(value, target, True)`` triples (``fusion/leafprune.py``); the gradient is the
+    interpreter's."""
+    g = A.gradientA(_newton(5), wrt=(0, 1, 2))
+    rng = np.random.default_rng(2)
+    args = (rng.uniform(1, 2, size=40), rng.normal(size=40), rng.normal(size=40))
+    got, want = A.run(g, *args, backend=backend), A.run(g, *args, backend="interpreter")
+    for x, y in zip(got, want):
+        np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-12)  # (fma on cpu)
+    if backend == "cpu":
+        prog = A.compile(g, backend="cpu")
+        prog(*args)
+        for s in _generates(_runner(prog).kp.body):
+            for o in s.outs:
+                assert len(leaves(o.type.elt)) <= 9, s
+
+
+def test_pruned_array_read_at_other_indices_and_shape():
+    """A materialised tuple array with a constant leaf and an index leaf read at shifted
+    indices, through ``shape`` and inside a loop body."""
+    def f(x):
+        pairs = A.generate((A.size(x),), lambda i: (A.sin(x[i]) * 2.0, i[0], 7.5, A.cos(x[i])))
+
+        def body(st):
+            t, acc = st
+            n = A.size(pairs)
+            k = A.the(t)
+            return (A.unit(k + 1), A.generate((A.size(acc),), lambda i: acc[i] + pairs[
+                (i[0] + k) % n][0] * A.to_float(pairs[(i[0] + 1) % n][1]) + pairs[i][2]
+                + pairs[i][3]))
+        out = A.awhile(lambda st: A.unit(A.the(st[0]) < 3), body, (A.unit(0), x))[1]
+        return out, A.map(lambda p: p[0] + p[3], pairs)
+    prog = A.compile(f, backend="cpu", check_bounds=True)
+    for n in (5, 8):
+        _same(prog, f, np.linspace(0.0, 1.0, n))
+    assert not any(len(leaves(o.type.elt)) == 4
+                   for s in _generates(_runner(prog).kp.body) for o in s.outs)
+    np.testing.assert_allclose(A.run(f, np.linspace(0.0, 1.0, 6), backend="fused")[0],
+                               A.run(f, np.linspace(0.0, 1.0, 6), backend="interpreter")[0])
