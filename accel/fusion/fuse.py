@@ -32,7 +32,9 @@ from .broadcasts import narrow_broadcasts
 from .contraction import materialise_operands
 from .reductions import rewrite_reductions
 from .scatter_sums import sum_before_scatter
+from .deadstate import drop_dead_state
 from .inplace import mark_inplace
+from .leafprune import prune_leaves
 
 #: Index functions whose cost (see ``accel.ast.cost``) is at most this are recomputed at every use.
 CHEAP = 6
@@ -377,7 +379,8 @@ def fuse(prog: N.Program) -> KernelProgram:
         body = sum_before_scatter(tidy_block(Fuser(uses).block(blk)))
         body = read_materialised(rewrite_reductions(body))
         body = materialise_operands(narrow_broadcasts(body))
-        return mark_inplace(KernelProgram(tuple(prog.params), body, prog.type))
+        kp = prune_leaves(KernelProgram(tuple(prog.params), body, prog.type))
+        return mark_inplace(drop_dead_state(kp))
 
 
 def tidy_block(blk: KBlock) -> KBlock:

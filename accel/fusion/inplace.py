@@ -34,7 +34,7 @@ from .kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate, 
 
 _ALLOCATING = (KGenerate, KFold, KScan, KPermute)
 
-__all__ = ["mark_inplace"]
+__all__ = ["block_free", "mark_inplace", "step_free"]
 
 
 def mark_inplace(kp: KernelProgram) -> KernelProgram:
@@ -42,12 +42,12 @@ def mark_inplace(kp: KernelProgram) -> KernelProgram:
     return KernelProgram(kp.params, _block(kp.body, frozenset()), kp.result_type)
 
 
-def _step_free(s) -> frozenset:
+def step_free(s) -> frozenset:
     """Names of the arrays a step reads (nested blocks included)."""
     if isinstance(s, KAcond):
-        return free_vars(s.c) | _block_free(s.t) | _block_free(s.e)
+        return free_vars(s.c) | block_free(s.t) | block_free(s.e)
     if isinstance(s, KAwhile):
-        inner = (_block_free(s.cond) | _block_free(s.body)) - {p.name for p in s.params}
+        inner = (block_free(s.cond) | block_free(s.body)) - {p.name for p in s.params}
         return inner | {v.name for v in s.init}
     if isinstance(s, KPermute):
         return (free_vars(s.out_shape) | free_vars(s.defaults) | free_vars(s.shape)
@@ -60,10 +60,11 @@ def _step_free(s) -> frozenset:
     return frozenset()
 
 
-def _block_free(b: KBlock) -> frozenset:
+def block_free(b: KBlock) -> frozenset:
+    """Names of the arrays the steps and the result of a block read (its own included)."""
     out: set = {v.name for v in b.result}
     for s in b.steps:
-        out |= _step_free(s)
+        out |= step_free(s)
     return frozenset(out)
 
 
@@ -93,7 +94,7 @@ def _readers_first(steps: list) -> list:
             j = i
             while j < len(steps):
                 t = steps[j]
-                if j > i and d in _step_free(t) and not (_step_free(t) & made):
+                if j > i and d in step_free(t) and not (step_free(t) & made):
                     steps.insert(i, steps.pop(j))
                     i += 1
                 else:
@@ -112,7 +113,7 @@ def _block(b: KBlock, owned: frozenset) -> KBlock:
     steps = _readers_first(b.steps)
     later: list = [frozenset({v.name for v in b.result})]  # names read after step i
     for s in reversed(steps[1:]):
-        later.append(later[-1] | _step_free(s))
+        later.append(later[-1] | step_free(s))
     later.reverse()
     own = set(owned)
     out = []

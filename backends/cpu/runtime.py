@@ -7,13 +7,19 @@ when a kernel's bounds check recorded a failure, and runs ``KAcond``/``KAwhile``
 flow. That walk costs tens of microseconds a step, as much as the kernels of a small
 gradient, so each top-level step's plan (``StepCall``) is replayed by the next call
 with arguments of the same shapes when what the host read to make it (array shapes, a
-few elements) is unchanged. Arrays are immutable once built, so arrays are shared freely
-between steps; results that would alias an input, a ``KUse`` constant or another result
-are copied on the way out. Buffers are recycled (``BufferPool``): intermediates by the
-next call, results once the caller has dropped them. Fresh large allocations are fresh
-pages, and faulting them in cost more than the loops that fill them (BA's Jacobian: 12
-ms against 1.4 ms for a 1M-element step). The price: a runner keeps up to
-``BufferPool.max_bytes`` of idle buffers until it is garbage collected.
+few elements) is unchanged. Steps inside ``KAwhile``/``KAcond`` blocks keep their last
+plan each (by step, across iterations and calls) and replay it while its guards hold,
+through a prepared launch list (``_fast``): an iteration of a loop whose shapes do not
+change costs its kernel launches, a guard check and a few buffers per step (about 3 us
+a step on the host, against 20-30 us when every iteration planned every step), and the
+buffers of an iteration go back to the pool once the next one has replaced them. Arrays
+are immutable once built, so arrays are shared freely between steps; results that would
+alias an input, a ``KUse`` constant or another result are copied on the way out.
+Buffers are recycled (``BufferPool``): intermediates by the next call, results once the
+caller has dropped them. Fresh large allocations are fresh pages, and faulting them in
+cost more than the loops that fill them (BA's Jacobian: 12 ms against 1.4 ms for a
+1M-element step). The price: a runner keeps up to ``BufferPool.max_bytes`` of idle
+buffers until it is garbage collected.
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ from numba.core.registry import CPUDispatcher
 
 from accel.ast.types import TupleT
 from accel.ast.traverse import free_vars
-from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KUse, KernelProgram, count_loops,
-                                  show_kernel_program, step_elt, step_label, step_outs)
+from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
+                                  KUse, KernelProgram, count_loops, show_kernel_program,
+                                  step_elt, step_label, step_outs)
 from accel.errors import BackendError, OutOfBoundsError, ShapeError
 from accel.memory import check_allocatable, out_of_memory
 from accel.backends.numba import cache
@@ -42,7 +49,7 @@ from accel.backends.numba.kernelgen import ERR_SIZE
 from accel.backends.numba.trees import rebuild
 
 from . import codegen, compilelog
-from .plan import StepCall, calls as launch_calls, guards, guards_hold
+from .plan import StepCall, calls as launch_calls, entry_point, guards, guards_hold
 from .straight import StraightLine, eligible
 from .transpose import transpose_reads
 from .vectorize import enable_slp
@@ -52,6 +59,8 @@ _MAX_REPLAYS = 8  # argument shapes whose step plans a runner remembers
 _TAKEN = "$taken"  # env key of the call's list of allocated buffers (no variable's name)
 _MEMO = "$memo"  # env key of the call's values of host expressions
 _ERR = "$err"  # env key of the call's ``err`` array (kernels' bounds-check failures)
+_LOOP_STEPS = (KGenerate, KFold, KScan, KPermute)  # steps that launch kernels
+_PLANS = "$plans"  # env key of the plans of steps inside loops and conditionals (by step id)
 
 
 def _bound_in_loops(block: KBlock, inside: bool = False) -> set:
@@ -232,6 +241,9 @@ class Runner:
         self._canonical: dict = {}  # host expression -> the first equal one seen
         self._replays: dict = {}  # argument shapes -> (threads, [StepCall or None])
         self._planned = 0  # loop steps whose host expressions were evaluated
+        # threads -> {id(step): StepCall}: the last plan of each step inside a loop or
+        # conditional, replayed by its next run (iteration or call) while its guards hold
+        self._inner: dict = {}
         self._straight: dict = {}  # argument shapes -> StraightLine (wired plans)
         self._straight_ok = True  # False once wiring a plan failed
         self._straight_calls = 0  # calls run by a straight-line replay
@@ -318,16 +330,77 @@ class Runner:
         return nest(self._result_nest, arrays)
 
     def _block(self, block: KBlock, env: dict) -> None:
+        """A block inside a loop or conditional: each loop step replays its last plan
+        (``_fast`` once wired) while its guards hold, else is planned again."""
+        plans = env[_PLANS]
         for s in block.steps:
-            self._step(s, env)
+            if type(s) not in _LOOP_STEPS:
+                self._step(s, env)
+                continue
+            sc = plans.get(id(s))
+            if sc is None or not guards_hold(sc.guards, env):
+                sc = plans[id(s)] = self._plan(s, env)
+            if sc.fast is not None:
+                self._fast(s, sc, env)
+            else:
+                self._run(s, sc, env)
+                self._wire(s, sc)
 
     def _step(self, s, env: dict) -> None:
         if isinstance(s, KUse):
             env[s.out.name] = self._uses[id(s)]
-        elif isinstance(s, (KAcond, KAwhile)):
-            run_control(s, env, self._block, lambda v: self._copy(v, env))
+        elif isinstance(s, KAwhile):
+            self._loop(s, env)
+        elif isinstance(s, KAcond):
+            run_control(s, env, self._block)
         else:
             self._run(s, self._plan(s, env), env)
+
+    def _loop(self, s: KAwhile, env: dict) -> None:
+        """Run an ``awhile`` (as ``host.run_control``, whose walk this is), giving the
+        buffers of an iteration back to the pool once the next one has run if nothing
+        refers to them any more (a T-step loop then touches a few buffers per step, not
+        T fresh ones).  What could refer to one: the loop state (a body returning its
+        parameter, or an array of an earlier iteration), an array bound in a branch of a
+        conditional not taken since, a view; anything but the iteration's list counts."""
+        state = [env[a.name] for a in s.init]
+        if s.owned:
+            state = [self._copy(v, env) if p.name in s.owned else v
+                     for p, v in zip(s.params, state)]
+        names = [p.name for p in s.params]
+        cond, body, block = s.cond, s.body, self._block
+        test = cond.result[0].name
+        results = [r.name for r in body.result]
+        outer = env[_TAKEN]
+        give = self._pool.give
+        last: list = []  # the buffers taken by the previous iteration
+        try:
+            while True:
+                for name, v in zip(names, state):
+                    env[name] = v
+                taken = env[_TAKEN] = []
+                block(cond, env)
+                if not env[test].leaves[0][0]:
+                    break
+                block(body, env)
+                state = [env[r] for r in results]
+                if last:
+                    free = []
+                    for k in range(len(last)):
+                        b = last[k]
+                        if sys.getrefcount(b) <= _POOL_REFS:
+                            free.append(b)
+                        else:
+                            outer.append(b)
+                    del b
+                    give(free, ())
+                last = taken
+        finally:
+            outer += last
+            outer += env[_TAKEN]
+            env[_TAKEN] = outer
+        for o, v in zip(s.outs, state):
+            env[o.name] = v
 
     def _copy(self, v: ArrVal, env: dict) -> ArrVal:
         """A private copy of ``v`` in pooled buffers of this call."""
@@ -343,6 +416,7 @@ class Runner:
         """The program's body, replaying each step's plan from the last call with
         arguments of these shapes when its guards hold (planning it afresh if not)."""
         threads = numba.get_num_threads()
+        env[_PLANS] = self._inner.setdefault(threads, {})
         old = self._replays.get(key)
         if old is not None and old[0] != threads:
             old = None
@@ -423,13 +497,75 @@ class Runner:
                 fn(*lead, *args)
             counts[counter] += 1
         if err[0] != 0:
-            site = plan.sites[int(err[0]) - 1]
-            ix = tuple(int(i) for i in err[1:1 + site.rank])
-            tshape = env[site.avar.name].shape if site.avar is not None else sc.shape
-            raise OutOfBoundsError(f"{site.what}: index {shown(ix)} is out of bounds for "
-                                   f"shape {tshape}")
+            self._bounds_error(sc, env)
         for o, v in zip(step_outs(s), outs):
             env[o.name] = v
+
+    def _wire(self, s, sc: "StepCall") -> None:
+        """Prepare ``sc.fast`` for ``_fast`` once every kernel of the step is compiled:
+        the outputs' and work buffers' specifications, the input names, and the calls
+        with each kernel's entry point (``plan.entry_point``)."""
+        ready = self._ready
+        into = getattr(s, "into", None)
+        calls = [c for c in sc.calls if into is None or not c[2].startswith("d_")]
+        if any(name not in ready for name, _, _ in calls):
+            return
+        sc.fast = (into.name if into is not None else None,
+                   [(tuple(sh), size, tuple(dts)) for sh, size, dts in sc.outs],
+                   tuple(sc.work), tuple(a.name for a in sc.plan.inputs),
+                   tuple((entry_point(ready[name]), tuple(lead), counter)
+                         for name, lead, counter in calls),
+                   tuple(o.name for o in step_outs(s)))
+
+    def _fast(self, s, sc: "StepCall", env: dict) -> None:
+        """``_run`` of a wired plan (``_wire``): the same buffers and launches with less
+        Python in between (a loop body runs it for every step of every iteration)."""
+        into, outs_, work_, inputs, calls, names = sc.fast
+        taken = env[_TAKEN]
+        take = self._pool.take
+        try:
+            if into is not None:
+                leaves_ = list(env[into].leaves)
+                outs = [ArrVal(sc.shape, leaves_)]
+            else:
+                leaves_, outs = [], []
+                for shape, size, dts in outs_:
+                    bufs = [take(size, dt, taken) for dt in dts]
+                    leaves_ += bufs
+                    outs.append(ArrVal(shape, bufs))
+            work = []
+            for w in work_:
+                if w[0] == "o":
+                    work.append(leaves_[w[1]])
+                elif w[0] == "b":
+                    work.append(take(w[1], w[2], taken))
+                else:
+                    work.append(np.full(w[1], w[3], dtype=w[2]))
+        except MemoryError as e:
+            raise out_of_memory("cpu backend", step_label(s), sc.outs[0][0], step_elt(s),
+                                f"{type(e).__name__}: {e}") from None
+        err = env[_ERR]
+        for name in inputs:
+            work += env[name].leaves
+        work.append(sc.shp)
+        work.append(err)
+        counts = self._counts
+        for fn, lead, counter in calls:
+            fn(*lead, *work)
+            counts[counter] += 1
+        if err[0] != 0:
+            self._bounds_error(sc, env)
+        for name, v in zip(names, outs):
+            env[name] = v
+
+    def _bounds_error(self, sc: "StepCall", env: dict) -> None:
+        """Raise the ``OutOfBoundsError`` a step's kernels recorded in ``err``."""
+        err = env[_ERR]
+        site = sc.plan.sites[int(err[0]) - 1]
+        ix = tuple(int(i) for i in err[1:1 + site.rank])
+        tshape = env[site.avar.name].shape if site.avar is not None else sc.shape
+        raise OutOfBoundsError(f"{site.what}: index {shown(ix)} is out of bounds for "
+                               f"shape {tshape}")
 
     def _call(self, name: str, args: list) -> None:
         fn = getattr(self.module, name)

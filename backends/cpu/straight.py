@@ -28,7 +28,7 @@ from accel.fusion.kernels import KUse, step_outs
 from accel.backends.numba.host import ArrVal
 from accel.backends.numba.kernelgen import ERR_SIZE
 
-from .plan import guards_hold
+from .plan import entry_point, guards_hold
 
 __all__ = ["StraightLine", "eligible"]
 
@@ -128,7 +128,7 @@ class StraightLine:
                 varying = tuple((len(lead) + p, x) for p, x in enumerate(slots)
                                 if isinstance(x, int))
                 self.counts[counter] += 1
-                calls.append((_entry(runner._ready.get(fn) or getattr(runner.module, fn)),
+                calls.append((entry_point(runner._ready.get(fn) or getattr(runner.module, fn)),
                               args if varying else tuple(args), varying))
             self.steps.append((fills, calls))
         self.guards = _merge_guards(plans, {p.name for p in kp.params})
@@ -168,19 +168,6 @@ class StraightLine:
         res.update(env)
         res.update(self.fixed)
         return res
-
-
-def _entry(dispatcher):
-    """The compiled entry point of a kernel's only specialisation, else the dispatcher.
-    A replay's arguments always have the types the kernel was compiled for (flat
-    C-contiguous buffers of fixed dtypes, ints), so numba's type dispatch (0.16 us of
-    a 0.44 us call) can be skipped.  An entry point does not check its arguments (an
-    int64 buffer would be read as float64 bits), hence only one specialisation: two
-    mean two programs share the module's kernel text with other dtypes."""
-    overloads = getattr(dispatcher, "overloads", {})
-    if len(overloads) != 1:
-        return dispatcher
-    return next(iter(overloads.values())).entry_point
 
 
 def _merge_guards(plans: list, params: set) -> list:

@@ -1,0 +1,185 @@
+"""Constant and index leaves of materialised tuple arrays are not stored.
+
+Reverse mode writes the adjoint contributions of a body's reads as ``(value, target,
+keep)`` triples; when the targets are the generate's own index and ``keep`` is
+``True``, fusion still materialises every leaf when the array is read twice: the
+reverse body of the RNN of ``benchmarks/loops.py`` wrote 7 buffers per element of a
+step of which 2 hold data, Newton's 31 of which 11.  A ``KGenerate`` whose element is
+a tuple with leaves that are constants, or components of its index, gets an element of
+the other leaves only, and each read ``a ! ix`` becomes ``let j = ix; t = a' ! j in
+(the tuple with those leaves put back: constants, components of j)``; ``tidy`` then
+folds the projections.  Arrays used other than by ``Index``/``Shape`` (results, loop
+states) keep their type.  The element ``a ! j`` of a generate over index ``j`` has
+exactly those leaves, so reads are unchanged (an out-of-bounds read is still checked,
+as ``a' ! j``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ast import nodes as N
+from ..ast.traverse import free_vars, map_children
+from ..ast.types import ArrayT, TupleT
+from ..simplify.rounds import tidy
+from .kernels import KAcond, KAwhile, KBlock, KernelProgram, KGenerate, KUse
+
+__all__ = ["prune_leaves"]
+
+
+def prune_leaves(kp: KernelProgram) -> KernelProgram:
+    """``kp`` with the constant and index leaves of its generates dropped."""
+    return KernelProgram(kp.params, _block(kp.body), kp.result_type)
+
+
+def _block(b: KBlock) -> KBlock:
+    steps = [map_blocks_(s) for s in b.steps]
+    result = b.result
+    i = 0
+    while i < len(steps):
+        s = steps[i]
+        plan = _plan(s) if isinstance(s, KGenerate) and len(s.outs) == 1 else None
+        if plan is not None:
+            new_s, new_out, rw = plan
+            old = s.outs[0].name
+            rest = [_step(t, rw) for t in steps[i + 1:]]
+            if old not in {r.name for r in result} and not any(
+                    old in _names(t) for t in rest):
+                steps[i + 1:] = rest
+                steps[i] = new_s
+        i += 1
+    return KBlock(tuple(steps), result)
+
+
+def map_blocks_(s):
+    """``s`` with its nested blocks pruned."""
+    if isinstance(s, KAcond):
+        return replace(s, t=_block(s.t), e=_block(s.e))
+    if isinstance(s, KAwhile):
+        return replace(s, cond=_block(s.cond), body=_block(s.body))
+    return s
+
+
+def _names(s) -> set:
+    """Every array name a (rewritten) step mentions, loop inits and results included."""
+    if isinstance(s, KUse):
+        return set()
+    if isinstance(s, KAcond):
+        return set(free_vars(s.c)) | _block_names(s.t) | _block_names(s.e)
+    if isinstance(s, KAwhile):
+        return ({v.name for v in s.init} | _block_names(s.cond) | _block_names(s.body))
+    out: set = set()
+    for v in vars(s).values():
+        if isinstance(v, (N.Exp, N.Lam)):
+            out |= free_vars(v)
+        elif isinstance(v, N.Avar):
+            out.add(v.name)
+    return out
+
+
+def _block_names(b: KBlock) -> set:
+    out = {v.name for v in b.result}
+    for s in b.steps:
+        out |= _names(s)
+    return out
+
+
+def _step(s, rw):
+    """``s`` with ``rw`` applied to its expressions and functions (nested blocks too)."""
+    if isinstance(s, KUse):
+        return s
+    if isinstance(s, KAcond):
+        return replace(s, c=_rewritten(s.c, rw), t=_rw_block(s.t, rw), e=_rw_block(s.e, rw))
+    if isinstance(s, KAwhile):
+        return replace(s, cond=_rw_block(s.cond, rw), body=_rw_block(s.body, rw))
+    return type(s)(**{f: _rewritten(v, rw) if isinstance(v, (N.Exp, N.Lam)) else v
+                      for f, v in vars(s).items()})
+
+
+def _rewritten(e, rw):
+    """``rw(e)``, through ``tidy`` if it changed (to fold the rebuilt tuples' leaves)."""
+    new = rw(e)
+    return e if new is e else tidy(new)
+
+
+def _rw_block(b: KBlock, rw) -> KBlock:
+    return KBlock(tuple(_step(s, rw) for s in b.steps), b.result)
+
+
+def _flat(e: N.Exp, t, out: list, tuples: dict) -> bool:
+    """Append ``e``'s leaf expressions (type ``t``) to ``out``; False if a non-variable
+    tuple expression would have to be projected (copied) to get them.  ``tuples``: the
+    variables let-bound to tuple expressions (their leaves are looked at too)."""
+    if not isinstance(t, TupleT):
+        out.append(e)
+        return True
+    if isinstance(e, N.Var) and e.name in tuples:
+        e = tuples[e.name]
+    if isinstance(e, N.Tuple):
+        return all(_flat(x, tx, out, tuples) for x, tx in zip(e.items, t.items))
+    if not isinstance(e, N.Var):
+        return False
+    return all(_flat(N.Prj(k, e), tx, out, tuples) for k, tx in enumerate(t.items))
+
+
+def _plan(s: KGenerate):
+    """(pruned step, its output, rewriter of reads) for ``s``, or None."""
+    (out,) = s.outs
+    elt = out.type.elt
+    if not isinstance(elt, TupleT) or len(s.f.params) != 1:
+        return None
+    (ix,) = s.f.params
+    lets, tail = [], s.f.body
+    while isinstance(tail, N.Let):
+        lets.append((tail.var, tail.bound))
+        tail = tail.body
+    leaves: list = []
+    names = {v.name for v, _ in lets} | {ix.name}
+    if len(names) != len(lets) + 1:  # (a binder bound twice: scopes would need care)
+        return None
+    tuples = {v.name: b for v, b in lets if isinstance(b, N.Tuple)}
+    if not _flat(tail, elt, leaves, tuples):
+        return None
+    kinds = []  # per leaf: ("const", Const) | ("index", k) | ("kept", position)
+    kept = []
+    for e in leaves:
+        if isinstance(e, N.Const):
+            kinds.append(("const", e))
+        elif (isinstance(e, N.Prj) and isinstance(e.tup, N.Var)
+              and e.tup.name == ix.name):
+            kinds.append(("index", e.index))
+        elif e in kept:  # the same leaf twice: stored once
+            kinds.append(("kept", kept.index(e)))
+        else:
+            kinds.append(("kept", len(kept)))
+            kept.append(e)
+    if not kept or len(kept) == len(leaves):
+        return None
+    body = N.Tuple(tuple(kept)) if len(kept) > 1 else kept[0]
+    for v, bound in reversed(lets):
+        body = N.Let(v, bound, body)
+    new_out = N.Avar(N.fresh("a"), ArrayT(body.type, out.type.rank))
+    new_s = replace(s, outs=(new_out,), f=tidy(N.Lam(s.f.params, body)))
+
+    def rebuild(t, it, j: N.Var, x: N.Var):
+        if isinstance(t, TupleT):
+            return N.Tuple(tuple(rebuild(tx, it, j, x) for tx in t.items))
+        kind, v = next(it)
+        if kind == "const":
+            return v
+        if kind == "index":
+            return N.Prj(v, j)
+        return N.Prj(v, x) if len(kept) > 1 else x
+
+    def rw(n):
+        if isinstance(n, N.Index) and n.array.name == out.name:
+            j = N.Var(N.fresh("j"), n.index.type)
+            x = N.Var(N.fresh("x"), new_out.type.elt)
+            tree = rebuild(elt, iter(kinds), j, x)
+            return N.Let(j, rw(n.index), N.Let(x, N.Index(new_out, j), tree))
+        if isinstance(n, N.Shape) and n.array.name == out.name:
+            return N.Shape(new_out)
+        if isinstance(n, N.Avar):
+            return n
+        return map_children(n, rw)
+    return new_s, new_out, rw

@@ -1,0 +1,310 @@
+"""The cpu host's replay of the plans of steps inside loops (``backends/cpu/runtime.py``:
+``_block``, ``_fast``, ``_loop``) and the dead loop state pass (``fusion/deadstate.py``).
+
+A step inside an ``awhile`` body replays its last plan while its guards hold: the
+arrays its host expressions read keep their shapes and the elements read keep their
+values.  Each test runs a loop whose plans must *not* be replayed blindly (a state that
+changes shape, a size read from an element of the state, nested loops, a conditional
+choosing arrays of other sizes) and compares the cpu backend with the interpreter,
+for several calls of one compiled program (plans are kept across calls too)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import accel as A
+from accel.errors import OutOfBoundsError
+from accel.fusion.deadstate import drop_dead_state
+from accel.ast.types import leaves
+from accel.fusion.kernels import KAwhile, KGenerate
+
+
+def _runner(prog):
+    (runner,) = [r for _, r in prog._cache.values()]
+    return runner
+
+
+def _same(prog, f, *args):
+    got, want = prog(*args), A.run(f, *args, backend="interpreter")
+    if not isinstance(want, tuple):
+        got, want = (got,), (want,)
+    for g, w in zip(got, want):
+        assert np.shape(g) == np.shape(w)
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+def _shrinking(x):
+    """Each iteration maps s of length n to length n - 1 while size s > 2."""
+    def body(s):
+        return A.generate((A.size(s) - 1,), lambda i: s[i] * A.sin(s[i + 1]) + 1.0)
+    return A.awhile(lambda s: A.unit(A.size(s) > 2), body, x)
+
+
+def test_state_changing_shape_every_iteration():
+    prog = A.compile(_shrinking, backend="cpu")
+    for n in (7, 7, 3, 12, 2, 7):
+        _same(prog, _shrinking, np.linspace(0.1, 1.0, n))
+
+
+def test_gradient_of_a_state_changing_shape():
+    def f(x):
+        return A.sum(A.map(lambda v: v * v, _shrinking(x)))
+    g = A.gradientA(f)
+    prog = A.compile(g, backend="cpu")
+    for n in (6, 6, 9):
+        _same(prog, g, np.linspace(0.2, 0.9, n))
+
+
+def _read_sizes(x):
+    """The body's sizes are elements of the state: ``n = s[0]`` sets the length of a
+    generate (a shape) and of a sum (a fold's inner length), and grows each step."""
+    def body(st):
+        s, acc = st
+        n = A.to_int(s[0])
+        ys = A.generate((n,), lambda i: A.to_float(i) * s[1])
+        grown = A.generate((A.size(s),), lambda i: A.cond(i == 0, s[0] + 1.0, s[i] * 0.5))
+        return grown, A.unit(A.the(acc) + A.the(A.sum_all(ys)) + A.to_float(A.size(ys)))
+    return A.awhile(lambda st: A.unit(st[0][0] < 9.0), body, (x, A.unit(0.0)))
+
+
+def test_sizes_read_from_elements_of_the_state():
+    prog = A.compile(_read_sizes, backend="cpu")
+    for first in (1.0, 1.0, 4.0, 8.0, 2.0):
+        _same(prog, _read_sizes, np.array([first, 0.5, 0.25]))
+    # the generate's plan depends on s[0]: planned again at each of its new values
+    runner = _runner(prog)
+    before = runner.stats()["planned_steps"]
+    _same(prog, _read_sizes, np.array([1.0, 3.0, 1.0]))
+    assert runner.stats()["planned_steps"] - before >= 8
+
+
+def test_fixed_shapes_plan_each_step_once():
+    """A loop of fixed shapes plans its steps in the first iteration only, and a later
+    call with arguments of the same shapes plans nothing."""
+    def f(x):
+        def body(st):
+            t, h = st
+            return (A.unit(A.the(t) + 1), A.map(lambda v: A.tanh(v) + 0.5, h))
+        return A.awhile(lambda st: A.unit(A.the(st[0]) < 50), body, (A.unit(0), x))[1]
+    prog = A.compile(f, backend="cpu")
+    x = np.linspace(-1.0, 1.0, 5000)
+    _same(prog, f, x)
+    runner = _runner(prog)
+    assert runner.stats()["planned_steps"] < 10
+    before = runner.stats()["planned_steps"]
+    _same(prog, f, x + 1.0)
+    assert runner.stats()["planned_steps"] == before
+
+
+def _nested(x):
+    """An inner loop whose trip count and state size depend on the outer counter."""
+    def outer_body(st):
+        k, y = st
+
+        def inner_body(ist):
+            j, z = ist
+            return (A.unit(A.the(j) + 1),
+                    A.generate((A.size(z) + 1,),
+                               lambda i: A.cond(i < A.size(z), z[A.min(i, A.size(z) - 1)] * 0.9,
+                                                A.to_float(A.the(j)))))
+        _, z = A.awhile(lambda ist: A.unit(A.the(ist[0]) < A.the(k)), inner_body,
+                        (A.unit(0), y))
+        total = A.sum_all(z)
+        return (A.unit(A.the(k) + 1),
+                A.generate((A.size(y),), lambda i: A.the(total) * 0.01 + y[i]))
+    return A.awhile(lambda st: A.unit(A.the(st[0]) < 5), outer_body, (A.unit(0), x))[1]
+
+
+def test_nested_loops():
+    prog = A.compile(_nested, backend="cpu")
+    for n in (4, 4, 6):
+        _same(prog, _nested, np.linspace(0.0, 1.0, n))
+
+
+def _cond_in_loop(x):
+    """An ``acond`` in the body picks arrays of other sizes on odd iterations."""
+    def body(st):
+        t, s = st
+        odd = A.the(t) % 2 == 1
+        longer = A.generate((A.size(s) + 2,), lambda i: s[A.min(i, A.size(s) - 1)] + 1.0)
+        shorter = A.generate((A.size(s) - 1,), lambda i: s[i] * 2.0)
+        return (A.unit(A.the(t) + 1), A.acond(odd, shorter, longer))
+    return A.awhile(lambda st: A.unit(A.the(st[0]) < 7), body, (A.unit(0), x))[1]
+
+
+def test_conditional_in_a_loop():
+    prog = A.compile(_cond_in_loop, backend="cpu")
+    for n in (3, 3, 10):
+        _same(prog, _cond_in_loop, np.linspace(1.0, 2.0, n))
+
+
+def _swap(x):
+    """The body returns its parameter as another component: a buffer of an earlier
+    iteration stays in the state (it must not go back to the buffer pool)."""
+    def body(st):
+        t, a, b = st
+        return (A.unit(A.the(t) + 1), b, A.map(lambda v: v + 1.0, a))
+    init = (A.unit(0), x, A.map(lambda v: v * 2.0, x))
+    return A.awhile(lambda st: A.unit(A.the(st[0]) < 9), body, init)
+
+
+def test_state_passed_through_keeps_its_buffer():
+    prog = A.compile(_swap, backend="cpu")
+    x = np.linspace(0.0, 1.0, 10_000)  # large enough for pooled buffers
+    for _ in range(3):
+        _same(prog, _swap, x)
+    kept = prog(x)
+    again = prog(x + 5.0)  # the first call's results are not overwritten
+    _same(prog, _swap, x)
+    np.testing.assert_allclose(kept[1], A.run(_swap, x, backend="interpreter")[1])
+    assert not np.allclose(again[1], kept[1])
+
+
+def test_bounds_error_inside_a_replayed_loop_body():
+    def f(x, k):
+        def body(st):
+            t, s = st
+            return (A.unit(A.the(t) + 1),
+                    A.generate((A.size(s),), lambda i: s[A.min(i + A.the(t) // A.to_int(k[0]),
+                                                               A.size(s) + 3)]))
+        return A.awhile(lambda st: A.unit(A.the(st[0]) < 8), body, (A.unit(0), x))[1]
+    prog = A.compile(f, backend="cpu", check_bounds=True)
+    x = np.arange(6.0)
+    _same(prog, f, x, np.array([100.0]))
+    with pytest.raises(OutOfBoundsError):
+        prog(x, np.array([1.0]))
+    _same(prog, f, x, np.array([100.0]))
+
+
+# --------------------------------------------------------------------------- dead state
+
+
+def _with_dead(x, w):
+    """State (t, h, d, e): d is never read; e only feeds d; h is the result."""
+    def body(st):
+        t, h, d, e = st
+        return (A.unit(A.the(t) + 1), A.map(lambda v: v * 0.5 + 1.0, h),
+                A.zip_with(lambda a, b: a * b + A.sin(a), d, e), A.map(lambda v: v * 2.0, e))
+    out = A.awhile(lambda st: A.unit(A.the(st[0]) < 4), body, (A.unit(0), x, w, w))
+    return out[1]
+
+
+def _loops(block):
+    for s in block.steps:
+        if isinstance(s, KAwhile):
+            yield s
+            yield from _loops(s.body)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "fused", "cpu"])
+def test_dead_state_loop_results(backend):
+    x, w = np.linspace(0.0, 1.0, 5), np.linspace(1.0, 2.0, 5)
+    got = A.run(_with_dead, x, w, backend=backend)
+    np.testing.assert_allclose(got, A.run(_with_dead, x, w, backend="interpreter"))
+    prog = A.compile(_with_dead, backend="cpu")
+    prog(x, w)
+    (loop,) = _loops(_runner(prog).kp.body)
+    assert len(loop.params) == 2  # t and h
+    assert drop_dead_state(_runner(prog).kp).body == _runner(prog).kp.body
+
+
+def test_dead_state_keeps_what_a_live_component_reads():
+    def f(x, w):
+        def body(st):
+            t, h, d = st
+            return (A.unit(A.the(t) + 1), A.zip_with(lambda a, b: a + b, h, d),
+                    A.map(lambda v: v * 0.5, d))
+        return A.awhile(lambda st: A.unit(A.the(st[0]) < 3), body, (A.unit(0), x, w))[1]
+    x, w = np.linspace(0.0, 1.0, 5), np.linspace(1.0, 2.0, 5)
+    prog = A.compile(f, backend="cpu")
+    np.testing.assert_allclose(prog(x, w), A.run(f, x, w, backend="interpreter"))
+    (loop,) = _loops(_runner(prog).kp.body)
+    assert len(loop.params) == 3
+
+
+def test_rnn_gradient_counts_without_the_hidden_state():
+    """Reverse mode's counting loop of an RNN keeps only the counters."""
+    T, m = 6, 50
+
+    def loss(W, h0, xs):
+        def body(st):
+            t, h = st
+            return (A.unit(A.the(t) + 1),
+                    A.generate((A.size(h),), lambda i: A.tanh(W[i] * h[i] + xs[A.the(t), i])))
+        h = A.awhile(lambda st: A.unit(A.the(st[0]) < T), body, (A.unit(0), h0))[1]
+        return A.sum(A.map(lambda v: v * v, h))
+    rng = np.random.default_rng(1)
+    args = (rng.normal(size=m), rng.normal(size=m), rng.normal(size=(T, m)))
+    g = A.gradientA(loss, wrt=(0, 1))
+    prog = A.compile(g, backend="cpu")
+    _same(prog, g, *args)
+    counting = next(_loops(_runner(prog).kp.body))
+    assert all(p.type.rank == 0 for p in counting.params)
+
+
+# --------------------------------------------------------------------------- pruned leaves
+
+
+def _newton(T):
+    def loss(a, b, x0):
+        def body(st):
+            t, x = st
+            def step(i):
+                return x[i] - (x[i] * x[i] * x[i] + a[i] * x[i] - b[i]) / (3.0 * x[i] * x[i] + a[i])
+            return (A.unit(A.the(t) + 1), A.generate((A.size(x),), step))
+        x = A.awhile(lambda st: A.unit(A.the(st[0]) < T), body, (A.unit(0), x0))[1]
+        return A.sum(x)
+    return loss
+
+
+def _generates(block):
+    for s in block.steps:
+        if isinstance(s, KAwhile):
+            yield from _generates(s.cond)
+            yield from _generates(s.body)
+        elif isinstance(s, KGenerate):
+            yield s
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "fused", "cpu"])
+def test_reverse_loop_bodies_store_no_constant_or_index_leaves(backend):
+    """The reverse body of a Newton step stores its adjoint contributions, not the
+    ``(value, target, True)`` triples (``fusion/leafprune.py``); the gradient is the
+    interpreter's."""
+    g = A.gradientA(_newton(5), wrt=(0, 1, 2))
+    rng = np.random.default_rng(2)
+    args = (rng.uniform(1, 2, size=40), rng.normal(size=40), rng.normal(size=40))
+    got, want = A.run(g, *args, backend=backend), A.run(g, *args, backend="interpreter")
+    for x, y in zip(got, want):
+        np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-12)  # (fma on cpu)
+    if backend == "cpu":
+        prog = A.compile(g, backend="cpu")
+        prog(*args)
+        for s in _generates(_runner(prog).kp.body):
+            for o in s.outs:
+                assert len(leaves(o.type.elt)) <= 9, s
+
+
+def test_pruned_array_read_at_other_indices_and_shape():
+    """A materialised tuple array with a constant leaf and an index leaf read at shifted
+    indices, through ``shape`` and inside a loop body."""
+    def f(x):
+        pairs = A.generate((A.size(x),), lambda i: (A.sin(x[i]) * 2.0, i[0], 7.5, A.cos(x[i])))
+
+        def body(st):
+            t, acc = st
+            n = A.size(pairs)
+            k = A.the(t)
+            return (A.unit(k + 1), A.generate((A.size(acc),), lambda i: acc[i] + pairs[
+                (i[0] + k) % n][0] * A.to_float(pairs[(i[0] + 1) % n][1]) + pairs[i][2]
+                + pairs[i][3]))
+        out = A.awhile(lambda st: A.unit(A.the(st[0]) < 3), body, (A.unit(0), x))[1]
+        return out, A.map(lambda p: p[0] + p[3], pairs)
+    prog = A.compile(f, backend="cpu", check_bounds=True)
+    for n in (5, 8):
+        _same(prog, f, np.linspace(0.0, 1.0, n))
+    assert not any(len(leaves(o.type.elt)) == 4
+                   for s in _generates(_runner(prog).kp.body) for o in s.outs)
+    np.testing.assert_allclose(A.run(f, np.linspace(0.0, 1.0, 6), backend="fused")[0],
+                               A.run(f, np.linspace(0.0, 1.0, 6), backend="interpreter")[0])
