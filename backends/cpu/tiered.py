@@ -58,10 +58,11 @@ import time
 
 from accel.backends import fused
 from accel.backends.numba.cache import source_hash
+from accel.backends.numba.cachedir import usable_dir
 from accel.errors import BackendError
 
-from . import compilelog, worker
-from .runtime import Runner
+from . import codegen, compilelog, tiercost, worker
+from .transpose import transpose_reads
 
 
 def tiering_enabled(tiered: bool | None) -> bool:
@@ -78,10 +79,17 @@ class TieredRunner:
     kernels compile in the worker process (module docstring)."""
 
     def __init__(self, kp, check_bounds: bool = False):
-        self.kp = kp  # the NumPy tier runs it as fused it (the worker gets compiled.kp)
+        self.kp = kp  # the NumPy tier runs it as fused it (the worker gets _tkp)
         self.check_bounds = check_bounds
-        self.compiled = Runner(kp, check_bounds)  # codegen + module load: no compilation
-        self._hash = source_hash(self.compiled.gen.source)
+        # The compiled tier's program and module text, made without numba: the
+        # ``runtime.Runner`` (which imports numba and loads the module, about 0.7 s) is
+        # made when compiled kernels are first needed (``compiled``), usually on the
+        # receiving thread when the worker is done, not before the first result.
+        self._tkp = transpose_reads(kp)
+        self._source = codegen.generate(self._tkp.body, bool(check_bounds)).source
+        self._hash = source_hash(self._source)
+        self._runner = None
+        self._runner_lock = threading.Lock()
         self._lock = threading.RLock()  # _done may run inside _start
         self._ready = threading.Event()  # set: calls run the compiled tier
         self._job = None
@@ -94,11 +102,28 @@ class TieredRunner:
         self._compiled_calls = 0
         self._background_seconds = None
         self._switch_seconds = None  # loading the worker's kernels here
+        self._estimates: dict = {}  # argument shapes -> estimated NumPy-tier seconds
+        self._estimate = None  # ... of the last call that asked
+        self._skipped = 0  # calls that skipped the NumPy tier on their estimate
+
+    @property
+    def compiled(self):
+        """The compiled tier (a ``runtime.Runner``), made on first use."""
+        r = self._runner
+        if r is None:
+            with self._runner_lock:
+                if self._runner is None:
+                    from .runtime import Runner
+                    self._runner = Runner(self._tkp, self.check_bounds, rewritten=True)
+                r = self._runner
+        return r
 
     # ---- calls
 
     def __call__(self, args):
         if self._ready.is_set():
+            return self._run_compiled(args)
+        if not self._numpy_worth_it(args):
             return self._run_compiled(args)
         self._start(args)
         if self._ready.is_set():  # the job failed at once: no worker here
@@ -106,6 +131,28 @@ class TieredRunner:
         self._tier = "numpy"
         self._numpy_calls += 1
         return fused.evaluate(self.kp, args)
+
+    def _numpy_worth_it(self, args) -> bool:
+        """Whether this call runs on the NumPy tier: not when its estimated time there
+        (``tiercost``) is over the budget.  Then the caller waits for the worker's job
+        if one is running, and otherwise compiles here (calls run compiled from now)."""
+        key = tuple(getattr(a, "shape", None) for a in args)
+        secs = self._estimates.get(key)
+        if secs is None:
+            secs = self._estimates[key] = tiercost.estimate(self.kp, args)
+        self._estimate = secs
+        if secs <= tiercost.budget():
+            return True
+        self._skipped += 1
+        with self._lock:
+            running = self._job is not None
+        if running:
+            self.wait()
+        else:
+            with self._lock:
+                if not self._ready.is_set():
+                    self._finish("local")
+        return False
 
     def _run_compiled(self, args):
         err = self._error
@@ -123,9 +170,9 @@ class TieredRunner:
             if self._job is not None or self._ready.is_set():
                 return
             if args is not None:
-                self._payload = {"kp": self.compiled.kp, "check_bounds": self.check_bounds,
+                self._payload = {"kp": self._tkp, "check_bounds": self.check_bounds,
                                  "args": list(args), "hash": self._hash, "env": _accel_env(),
-                                 "cache_dir": os.path.dirname(self.compiled.module.__file__)}
+                                 "cache_dir": str(usable_dir("cpu"))}
             elif self._payload is None:
                 return
             self._state = "compiling"
@@ -139,7 +186,7 @@ class TieredRunner:
                 self._watch = compilelog.watch(None, None)  # the job's first runner logs
                 self._job.add_done(self._done)
                 return
-            self._watch = compilelog.watch(self.compiled.gen.source, self.kp, background=True)
+            self._watch = compilelog.watch(self._source, self.kp, background=True)
             self._job = job = worker.submit(self._payload, self._done)
             with _jobs_lock:
                 if job.result is None or job.result["status"] == "ok":
@@ -206,7 +253,8 @@ class TieredRunner:
         s.update(tiered=True, tier=self._tier, compile_state=self._state,
                  numpy_calls=self._numpy_calls, compiled_calls=self._compiled_calls,
                  background_compile_seconds=self._background_seconds,
-                 switch_seconds=self._switch_seconds)
+                 switch_seconds=self._switch_seconds, numpy_estimate_seconds=self._estimate,
+                 numpy_skipped=self._skipped)
         return s
 
     def show(self) -> str:

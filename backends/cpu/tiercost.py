@@ -1,0 +1,91 @@
+"""How long a call would take on the NumPy tier, estimated before running it.
+
+Why: the NumPy tier (``backends.fused``) materialises what the compiled kernels never
+do, e.g. the whole ``(n, m, k)`` source of a fold that is a matrix product: the corpus
+MLP gradient at its default size took 10-15 s a call there, against 0.2 s compiled and
+tens of seconds to compile.  A call the NumPy tier would make that slow is better spent
+waiting for the compiled kernels (``tiered``).
+
+The rule: the NumPy tier evaluates every scalar expression node of a loop step once per
+element it computes, vectorised over the elements, so a call costs about
+``SECONDS_PER_NODE_ELEMENT`` per (element, node) pair plus ``SECONDS_PER_NODE`` per node
+(the evaluator's Python overhead).  ``estimate(kp, args)`` sums that over the top-level
+loop steps, whose element counts are known from the arguments' shapes: a ``KGenerate``
+computes its shape's elements; a ``KFold``/``KScan`` its whole source (shape ++ n) and
+the combination as often; a ``KPermute`` its defaults and its sources.  Steps whose shapes
+depend on array elements, or that follow a loop or conditional whose results' shapes
+are unknown, are not counted, so the estimate is a lower bound.  The constants were
+measured on this machine (``benchmarks/first_call.py``) and are deliberately rough: the
+decision only needs the order of magnitude.  A call whose estimate exceeds ``budget()``
+seconds (``$ACCEL_NUMPY_TIER_SECONDS``, default 2) skips the NumPy tier.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from accel.ast.traverse import walk
+from accel.backends import interpreter as I
+from accel.backends.interpreter_values import ArrayValue
+from accel.fusion.kernels import KFold, KGenerate, KPermute, KScan, KUse
+
+#: Seconds per (element, expression node) on the NumPy tier (vectorised NumPy operations
+#: with their temporaries: a few nanoseconds an element each).
+SECONDS_PER_NODE_ELEMENT = 4e-9
+#: Seconds per expression node per step (the evaluator's dispatch, NumPy call overhead).
+SECONDS_PER_NODE = 2e-5
+DEFAULT_BUDGET = 2.0
+
+
+def budget() -> float:
+    """Seconds a NumPy-tier call may be estimated to take (``$ACCEL_NUMPY_TIER_SECONDS``)."""
+    try:
+        return float(os.environ.get("ACCEL_NUMPY_TIER_SECONDS", DEFAULT_BUDGET))
+    except ValueError:
+        return DEFAULT_BUDGET
+
+
+def _nodes(*lams) -> int:
+    return sum(sum(1 for _ in walk(lam.body)) for lam in lams if lam is not None)
+
+
+def _shape(e, aenv) -> tuple:
+    return tuple(int(x[0]) for x in I.eval_scalar(e, aenv))
+
+
+def estimate(kp, args) -> float:
+    """Estimated seconds of one NumPy-tier call of ``kp`` on ``args`` (module docstring)."""
+    aenv = {p.name: ArrayValue(getattr(a, "shape", ()), None)
+            for p, a in zip(kp.params, args)}
+    total = 0.0
+    for s in kp.body.steps:
+        try:
+            if isinstance(s, KUse):
+                aenv[s.out.name] = ArrayValue(s.array.shape, None)
+                continue
+            if isinstance(s, KGenerate):
+                shape = _shape(s.shape, aenv)
+                pairs = [(math.prod(shape), _nodes(s.f))]
+                for o in s.outs:
+                    aenv[o.name] = ArrayValue(shape, None)
+            elif isinstance(s, (KFold, KScan)):
+                shape = _shape(s.shape, aenv)
+                n = int(I.eval_scalar(s.n, aenv)[0])
+                full = math.prod(shape) * n
+                pairs = [(full, _nodes(s.src) + _nodes(s.f))]
+                out = shape if isinstance(s, KFold) else shape + (n + (s.z is not None),)
+                aenv[s.out.name] = ArrayValue(out, None)
+            elif isinstance(s, KPermute):
+                out = _shape(s.out_shape, aenv)
+                shape = _shape(s.shape, aenv)
+                pairs = [(math.prod(out), _nodes(s.defaults)),
+                         (math.prod(shape), _nodes(s.target, s.value, s.comb))]
+                aenv[s.out.name] = ArrayValue(out, None)
+            else:  # a loop or conditional: what follows may depend on its results' shapes
+                continue
+        except Exception:  # noqa: BLE001 - a shape that reads elements, or an unknown array
+            continue
+        for elements, nodes in pairs:
+            total += nodes * (elements * SECONDS_PER_NODE_ELEMENT + SECONDS_PER_NODE)
+    return total
