@@ -9,7 +9,10 @@ the result to a backend.  Each backend module provides
 NumPy values; ``stats`` of the prepared runner report what it runs.  A backend that can
 run a program on a tier needing no compilation while its kernels compile (``cpu``, see
 ``backends/cpu/tiered.py``) says so with ``TIERED = True``; it then takes ``tiered``
-(``None``: ``$ACCEL_TIERED``) and its runners have ``wait(timeout)``.
+(``None``: ``$ACCEL_TIERED``) and its runners have ``wait(timeout)``.  A backend with
+``PROGRAM_CACHE = True`` (``cpu``) has the optimised and fused programs kept in the
+program cache (``progcache``, ``optimise_cached``): a program traced before skips
+simplification and fusion, in any process.
 """
 
 from __future__ import annotations

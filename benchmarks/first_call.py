@@ -77,9 +77,9 @@ def child(name: str, first_only: bool = False) -> None:
     call()
     first = time.perf_counter() - t0
     if first_only:
-        runner = prog._entry(sig)[1]  # no stats(): it would load the compiled tier
-        print(json.dumps(dict(program=name, first=first, tier=runner._tier,
-                              estimate=runner._estimate)), flush=True)
+        s = prog.stats(*sig)
+        print(json.dumps(dict(program=name, first=first, tier=s["tier"],
+                              estimate=s.get("numpy_estimate_seconds"))), flush=True)
         return
     tier = prog.stats(*sig)["tier"]
     numpy_calls = []

@@ -57,7 +57,7 @@ def _reverse_cached(prog: N.Program, idx, mode, with_value: bool) -> N.Program:
     if progcache.enabled() and not free_vars(prog):
         text = progcache.key("reverse", prog, tuple(idx), mode, bool(with_value))
         hit = progcache.load(text)
-        if isinstance(hit, N.Program) and not free_vars(hit):
+        if isinstance(hit, N.Program) and len(hit.params) == len(prog.params):
             return hit
     g = reverse_program(prog, idx, "one", mode, with_value)
     if text is not None:

@@ -258,8 +258,10 @@ def _rebind(n: Node, ren: dict) -> Node:
     return n
 
 
-def freshen(n: Node) -> Node:
-    """A copy of ``n`` whose binders all have fresh names (for duplicating code)."""
+def freshen(n: Node, env: dict | None = None) -> Node:
+    """A copy of ``n`` whose binders all have fresh names (for duplicating code); ``env``
+    (name -> node) also replaces free variables, as ``substitute`` would (fresh binders
+    cannot capture them), in the same walk."""
     def go(n, env):
         if isinstance(n, (Var, Avar)):
             return env.get(n.name, n)
@@ -278,7 +280,7 @@ def freshen(n: Node) -> Node:
         if not children(n):
             return n
         return map_children(n, lambda c: go(c, env))
-    return go(n, {})
+    return go(n, dict(env) if env else {})
 
 
 def count_nodes(n: Node) -> int:

@@ -16,7 +16,10 @@ row helpers), ``plan`` (the plan types and the serial/parallel choice), ``runtim
 ``vectorize`` (leaf modules); ``tiered`` (the first calls on the fused NumPy evaluator,
 ``backends.fused``, while ``worker``, a child process, compiles the kernels into the
 disk cache; ``prepare_kernels(kp, check_bounds, tiered)`` returns a ``TieredRunner``
-unless tiers are off) and ``compilelog`` (one log line for a long compilation).  May
+unless tiers are off), ``tiercost`` (the NumPy tier's estimated time, to skip it where it
+would be slower than compiling) and ``compilelog`` (one log line for a long compilation).
+Only ``runtime`` (and what it imports) imports numba, so that a first call on the NumPy
+tier needs none; ``Runner`` is imported on first use.  May
 import ``accel`` (ast, errors, fusion, types), ``backends.numba`` and
 ``backends.fused``; never ``backends.cuda``.
 ``runner.stats()`` reports ``kernels`` (parallel loops, ``count_loops``),
