@@ -233,3 +233,26 @@ def test_over_budget_skips_the_numpy_tier(monkeypatch):
     assert s["tier"] == "compiled" and s["numpy_calls"] == 0 and s["compile_state"] == "local"
     for x, y in zip(r1, r3):
         np.testing.assert_allclose(x, y, rtol=1e-12)
+
+
+def test_the_rule_compares_the_numpy_estimate_with_the_wait(tmp_path, monkeypatch):
+    monkeypatch.delenv("ACCEL_NUMPY_TIER_SECONDS", raising=False)
+    assert not tiercost.skip_numpy(0.3, lambda: 0.0)  # short calls always run on NumPy
+    assert tiercost.skip_numpy(5.0, lambda: 1.5)  # the kernels load sooner than that
+    assert not tiercost.skip_numpy(5.0, lambda: 90.0)  # compiling takes longer
+    monkeypatch.setenv("ACCEL_NUMPY_TIER_SECONDS", "10")
+    assert not tiercost.skip_numpy(5.0, lambda: 1.5)
+    assert tiercost.skip_numpy(11.0, lambda: 1000.0)
+    g = A.gradientA(_matmul_loss, wrt=(0, 1))
+    args = [np.ones((8, 8)), np.ones((8, 8))]
+    _, kp = P.optimise_cached(trace_program(g, tuple(arg_type(a, i) for i, a in
+                                                     enumerate(args))), "cpu")
+    from accel.fusion.kernels import count_loops
+    n = count_loops(kp.body)
+    cold = tiercost.wait_estimate(kp, "accel_cpu_x", str(tmp_path))
+    assert cold == pytest.approx(tiercost.LOAD_SECONDS + n * tiercost.COMPILE_SECONDS_PER_KERNEL)
+    (tmp_path / "__pycache__").mkdir()
+    for i in range(n):
+        (tmp_path / "__pycache__" / f"accel_cpu_x.k{i}_g-1.py311.nbi").write_bytes(b"")
+    (tmp_path / "__pycache__" / "accel_cpu_y.k0_g-1.py311.nbi").write_bytes(b"")  # another
+    assert tiercost.wait_estimate(kp, "accel_cpu_x", str(tmp_path)) == tiercost.LOAD_SECONDS

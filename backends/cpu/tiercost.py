@@ -1,4 +1,5 @@
-"""How long a call would take on the NumPy tier, estimated before running it.
+"""How long a call would take on the NumPy tier, and how long until compiled kernels are
+ready, estimated before running it.
 
 Why: the NumPy tier (``backends.fused``) materialises what the compiled kernels never
 do, e.g. the whole ``(n, m, k)`` source of a fold that is a matrix product: the corpus
@@ -6,7 +7,7 @@ MLP gradient at its default size took 10-15 s a call there, against 0.2 s compil
 tens of seconds to compile.  A call the NumPy tier would make that slow is better spent
 waiting for the compiled kernels (``tiered``).
 
-The rule: the NumPy tier evaluates every scalar expression node of a loop step once per
+The estimate: the NumPy tier evaluates every scalar expression node of a loop step once per
 element it computes, vectorised over the elements, so a call costs about
 ``SECONDS_PER_NODE_ELEMENT`` per (element, node) pair plus ``SECONDS_PER_NODE`` per node
 (the evaluator's Python overhead).  ``estimate(kp, args)`` sums that over the top-level
@@ -14,10 +15,21 @@ loop steps, whose element counts are known from the arguments' shapes: a ``KGene
 computes its shape's elements; a ``KFold``/``KScan`` its whole source (shape ++ n) and
 the combination as often; a ``KPermute`` its defaults and its sources.  Steps whose shapes
 depend on array elements, or that follow a loop or conditional whose results' shapes
-are unknown, are not counted, so the estimate is a lower bound.  The constants were
-measured on this machine (``benchmarks/first_call.py``) and are deliberately rough: the
-decision only needs the order of magnitude.  A call whose estimate exceeds ``budget()``
-seconds (``$ACCEL_NUMPY_TIER_SECONDS``, default 2) skips the NumPy tier.
+are unknown, are not counted, so the estimate is a lower bound (a loop's iterations are
+not counted at all).
+
+The wait (``wait_estimate``): loading kernels that numba's disk cache holds costs about
+``LOAD_SECONDS`` (importing numba, the module, the cached functions); compiling costs
+about ``COMPILE_SECONDS_PER_KERNEL`` for each loop step with no cached function (the
+cache directory's ``__pycache__`` is looked at, numba is not imported), less the time
+a running compilation has already spent.
+
+The rule (``skip_numpy``): a call runs on the NumPy tier unless its estimate is over
+``MIN_SECONDS`` and over the wait, i.e. unless waiting for compiled kernels would give
+its result sooner.  ``$ACCEL_NUMPY_TIER_SECONDS`` replaces both by a fixed budget: a
+call estimated over it skips the NumPy tier.  The constants were measured on this
+(loaded, 2-core) machine with ``benchmarks/first_call.py`` and are deliberately rough:
+the decision only needs the order of magnitude.
 """
 
 from __future__ import annotations
@@ -28,22 +40,52 @@ import os
 from accel.ast.traverse import walk
 from accel.backends import interpreter as I
 from accel.backends.interpreter_values import ArrayValue
-from accel.fusion.kernels import KFold, KGenerate, KPermute, KScan, KUse
+from accel.fusion.kernels import KFold, KGenerate, KPermute, KScan, KUse, count_loops
 
 #: Seconds per (element, expression node) on the NumPy tier (vectorised NumPy operations
 #: with their temporaries: a few nanoseconds an element each).
 SECONDS_PER_NODE_ELEMENT = 4e-9
 #: Seconds per expression node per step (the evaluator's dispatch, NumPy call overhead).
 SECONDS_PER_NODE = 2e-5
-DEFAULT_BUDGET = 2.0
+#: A call estimated under this always runs on the NumPy tier.
+MIN_SECONDS = 0.5
+#: Importing numba, loading the module and its cached kernels (GMM gradient: 1-2 s).
+LOAD_SECONDS = 1.5
+#: Compiling one loop step's functions cold (2.8-4.4 s measured under load).
+COMPILE_SECONDS_PER_KERNEL = 3.0
 
 
-def budget() -> float:
-    """Seconds a NumPy-tier call may be estimated to take (``$ACCEL_NUMPY_TIER_SECONDS``)."""
+def budget() -> float | None:
+    """``$ACCEL_NUMPY_TIER_SECONDS`` (a fixed budget instead of the wait), or None."""
+    v = os.environ.get("ACCEL_NUMPY_TIER_SECONDS", "").strip()
     try:
-        return float(os.environ.get("ACCEL_NUMPY_TIER_SECONDS", DEFAULT_BUDGET))
+        return float(v) if v else None
     except ValueError:
-        return DEFAULT_BUDGET
+        return None
+
+
+def wait_estimate(kp, module_name: str, directory) -> float:
+    """Seconds until the compiled kernels of ``kp`` (module ``module_name`` in the cache
+    ``directory``) could run, from a standing start (module docstring)."""
+    cached = set()
+    try:
+        for entry in os.scandir(os.path.join(directory, "__pycache__")):
+            name = entry.name
+            if name.startswith(module_name + ".k") and name.endswith(".nbi"):
+                cached.add(name[len(module_name) + 1:].split("_", 1)[0])
+    except OSError:
+        pass
+    missing = max(0, count_loops(kp.body) - len(cached))
+    return LOAD_SECONDS + COMPILE_SECONDS_PER_KERNEL * missing
+
+
+def skip_numpy(numpy_seconds: float, wait_seconds) -> bool:
+    """Whether a call estimated at ``numpy_seconds`` on NumPy should wait instead
+    (``wait_seconds``: a callable giving the estimated wait, asked only if needed)."""
+    fixed = budget()
+    if fixed is not None:
+        return numpy_seconds > fixed
+    return numpy_seconds > MIN_SECONDS and numpy_seconds > wait_seconds()
 
 
 def _nodes(*lams) -> int:

@@ -69,7 +69,7 @@ import threading
 import time
 
 from accel.backends import fused
-from accel.backends.numba.cache import source_hash
+from accel.backends.numba.cache import module_name, source_hash
 from accel.backends.numba.cachedir import usable_dir
 from accel.errors import BackendError
 from accel.fusion.kernels import count_loops
@@ -118,6 +118,7 @@ class TieredRunner:
         self._estimates: dict = {}  # argument shapes -> estimated NumPy-tier seconds
         self._estimate = None  # ... of the last call that asked
         self._skipped = 0  # calls that skipped the NumPy tier on their estimate
+        self._wait = None  # estimated seconds from a standing start to compiled kernels
 
     @property
     def compiled(self):
@@ -158,7 +159,7 @@ class TieredRunner:
                 secs = 0.0
             self._estimates[key] = secs
         self._estimate = secs
-        if secs <= tiercost.budget():
+        if not tiercost.skip_numpy(secs, self._wait_seconds):
             return True
         self._skipped += 1
         with self._lock:
@@ -169,6 +170,18 @@ class TieredRunner:
             if not self._ready.is_set():  # no job, or it ended without kernels for us
                 self._finish("local")
         return False
+
+    def _wait_seconds(self) -> float:
+        """Estimated seconds until the compiled tier is ready (``tiercost``)."""
+        if self._wait is None:
+            try:
+                self._wait = tiercost.wait_estimate(
+                    self._tkp, module_name(self._source), str(usable_dir("cpu")))
+            except Exception:  # noqa: BLE001 - unknown: as if compiling from scratch
+                self._wait = float("inf")
+        t0 = getattr(self, "_t0", None)
+        spent = time.perf_counter() - t0 if t0 is not None and self._job is not None else 0.0
+        return max(0.0, self._wait - spent)
 
     def _run_compiled(self, args):
         err = self._error
