@@ -348,6 +348,13 @@ class Use(Arr):
         a = self.array
         return ("Use", str(a.dtype), a.shape, hashlib.sha256(a.tobytes()).hexdigest())
 
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        try:  # read-only again after unpickling (a copy made here)
+            self.array.setflags(write=False)
+        except ValueError:
+            pass
+
 
 @node
 class Avar(Arr):

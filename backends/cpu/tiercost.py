@@ -44,7 +44,7 @@ from accel.fusion.kernels import KFold, KGenerate, KPermute, KScan, KUse, count_
 
 #: Seconds per (element, expression node) on the NumPy tier (vectorised NumPy operations
 #: with their temporaries: a few nanoseconds an element each).
-SECONDS_PER_NODE_ELEMENT = 4e-9
+SECONDS_PER_NODE_ELEMENT = 6e-9
 #: Seconds per expression node per step (the evaluator's dispatch, NumPy call overhead).
 SECONDS_PER_NODE = 2e-5
 #: A call estimated under this always runs on the NumPy tier.
