@@ -4,7 +4,9 @@ Each measurement runs in a fresh process with an empty compile cache (a new
 ``ACCEL_CACHE_DIR``), then once more with the cache that run left behind ("warm"):
 
 - ``first``: seconds from the program's ``A.compile`` to its first result (tracing, AD,
-  fusion, code generation and either the NumPy tier or numba compilation);
+  fusion, code generation and either the NumPy tier or numba compilation; ``--corpus``
+  also prints ``cpu``, the process's CPU seconds by then, interpreter start included,
+  which a loaded machine inflates less);
 - ``tier``: which tier ran the first call;
 - ``numpy_call``: a later call on the NumPy tier (tiered runs; median of up to 5 calls
   made while the kernels compile);
@@ -76,9 +78,10 @@ def child(name: str, first_only: bool = False) -> None:
     call, prog, sig = _program(name)
     call()
     first = time.perf_counter() - t0
+    cpu = time.process_time()  # this process's CPU time so far (less sensitive to load)
     if first_only:
         s = prog.stats(*sig)
-        print(json.dumps(dict(program=name, first=first, tier=s["tier"],
+        print(json.dumps(dict(program=name, first=first, cpu=cpu, tier=s["tier"],
                               estimate=s.get("numpy_estimate_seconds"))), flush=True)
         return
     tier = prog.stats(*sig)["tier"]
@@ -162,7 +165,7 @@ def corpus(names) -> None:
     from benchmarks.corpus import by_name
     names = [p.name for p in by_name(names or None)] + (["gmm"] if not names else [])
     firsts: dict = {"cold": [], "warm": []}
-    print("program          cache  first(s) tier      numpy estimate(s)", flush=True)
+    print("program          cache  first(s)  cpu(s) tier      numpy estimate(s)", flush=True)
     for name in names:
         cache = tempfile.mkdtemp(prefix="accel-first-call-")
         for warmth in ("cold", "warm"):
@@ -174,7 +177,8 @@ def corpus(names) -> None:
                 continue
             firsts[warmth].append(r["first"])
             est = r.get("estimate")
-            print(f"{name:16s} {warmth:5s} {r['first']:8.2f} {r['tier'] or '-':9s} "
+            print(f"{name:16s} {warmth:5s} {r['first']:8.2f} {r['cpu']:7.2f} "
+                  f"{r['tier'] or '-':9s} "
                   f"{'-' if est is None else format(est, '.3f'):>17s}", flush=True)
     for warmth, xs in firsts.items():
         if xs:
