@@ -19,7 +19,8 @@ Each measurement runs in a fresh process with an empty compile cache (a new
 every corpus program's natural formulation at its default size, tiered, in a fresh
 process with an empty cache and again with that cache, and prints the median and the
 maximum; a process ends after its first result (the worker is stopped, so the "warm"
-run has the program cache but only the kernels that were compiled by then).
+run has the program cache but only the kernels that were compiled by then; with
+``--fill`` a compiled-only run compiles them all between the two).
 
 Child processes run with bytecode caching on (``PYTHONPYCACHEPREFIX``: one private
 directory for the whole run, filled by importing accel once first), as an installed
@@ -132,6 +133,8 @@ def main() -> None:
                    help="programs: mlp (small sizes), mlp-default, gmm")
     p.add_argument("--modes", nargs="*", default=["tiered", "compiled"])
     p.add_argument("--corpus", nargs="*", help="corpus programs (none: all): first results")
+    p.add_argument("--fill", action="store_true",
+                   help="--corpus: compile the kernels before the warm run (slow)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--first-only", action="store_true", help=argparse.SUPPRESS)
     opts = p.parse_args()
@@ -142,7 +145,7 @@ def main() -> None:
                    env=_env(), check=True)  # the bytecode cache
     print(f"load average at start: {os.getloadavg()}", flush=True)
     if opts.corpus is not None:
-        corpus(opts.corpus)
+        corpus(opts.corpus, opts.fill)
         print(f"load average at end: {os.getloadavg()}")
         return
     print("program      mode      cache  first(s) tier     numpy call(s) ready(s) "
@@ -160,18 +163,20 @@ def main() -> None:
     print(f"load average at end: {os.getloadavg()}")
 
 
-def corpus(names) -> None:
+def corpus(names, fill: bool = False) -> None:
     sys.path.insert(0, ROOT)
     from benchmarks.corpus import by_name
-    names = [p.name for p in by_name(names or None)] + (["gmm"] if not names else [])
+    names = [p.name for p in by_name(names or None)] + (["adbench-gmm"] if not names else [])
     firsts: dict = {"cold": [], "warm": []}
     print("program          cache  first(s)  cpu(s) tier      numpy estimate(s)", flush=True)
     for name in names:
         cache = tempfile.mkdtemp(prefix="accel-first-call-")
+        prog = "gmm" if name == "adbench-gmm" else f"corpus:{name}"
         for warmth in ("cold", "warm"):
+            if warmth == "warm" and fill:  # compile every kernel the call uses, first
+                measure(prog, "compiled", cache)
             try:
-                r = measure(name if name == "gmm" else f"corpus:{name}", "tiered", cache,
-                            first_only=True)
+                r = measure(prog, "tiered", cache, first_only=True)
             except RuntimeError as e:
                 print(f"{name:16s} {warmth:5s} failed: {str(e)[-300:]}", flush=True)
                 continue

@@ -13,7 +13,10 @@ element it computes, vectorised over the elements, so a call costs about
 (the evaluator's Python overhead).  ``estimate(kp, args)`` sums that over the top-level
 loop steps, whose element counts are known from the arguments' shapes: a ``KGenerate``
 computes its shape's elements; a ``KFold``/``KScan`` its whole source (shape ++ n) and
-the combination as often; a ``KPermute`` its defaults and its sources.  Steps whose shapes
+the combination as often (one NumPy reduction when it is ``+``, ``*``, ``max`` or
+``min``; else the evaluator loops along the rows: ``n`` steps of the combination over
+every row at once, each paying the per-node overhead, which made a 0.3 s estimate of
+a long scan take 30 s); a ``KPermute`` its defaults and its sources.  Steps whose shapes
 depend on array elements, or that follow a loop or conditional whose results' shapes
 are unknown, are not counted, so the estimate is a lower bound (a loop's iterations are
 not counted at all).
@@ -37,22 +40,32 @@ from __future__ import annotations
 import math
 import os
 
+from accel.ast.patterns import scalar_binop
 from accel.ast.traverse import walk
 from accel.backends import interpreter as I
 from accel.backends.interpreter_values import ArrayValue
 from accel.fusion.kernels import KFold, KGenerate, KPermute, KScan, KUse, count_loops
 
 #: Seconds per (element, expression node) on the NumPy tier (vectorised NumPy operations
-#: with their temporaries: a few nanoseconds an element each).
+#: with their temporaries).  The measured cost varies more than tenfold with the load on
+#: this shared machine and the sizes: at the corpus's small sizes, 12 ns estimated 3-30
+#: times too much with the machine at load 2.5 (about 1 ns fits), and at its default
+#: sizes at load 4-5, 6 ns estimated 1.2-6.7 times too little (median about 3.5: large
+#: temporaries cost more per element).  6 ns is in between; a call slower than its
+#: estimate corrects the later ones (``tiered``).
 SECONDS_PER_NODE_ELEMENT = 6e-9
 #: Seconds per expression node per step (the evaluator's dispatch, NumPy call overhead).
-SECONDS_PER_NODE = 2e-5
+SECONDS_PER_NODE = 4e-6
 #: A call estimated under this always runs on the NumPy tier.
 MIN_SECONDS = 0.5
 #: Importing numba, loading the module and its cached kernels (GMM gradient: 1-2 s).
 LOAD_SECONDS = 1.5
 #: Compiling one loop step's functions cold (2.8-4.4 s measured at load 3-4, the issue: 5).
 COMPILE_SECONDS_PER_KERNEL = 5.0
+
+
+#: The combinations the NumPy evaluator reduces with one ufunc (``backends.interpreter``).
+_UFUNCS = {"add": None, "mul": None, "max": None, "min": None}
 
 
 def budget() -> float | None:
@@ -108,26 +121,29 @@ def estimate(kp, args) -> float:
                 continue
             if isinstance(s, KGenerate):
                 shape = _shape(s.shape, aenv)
-                pairs = [(math.prod(shape), _nodes(s.f))]
+                pairs = [(math.prod(shape), _nodes(s.f), 1)]
                 for o in s.outs:
                     aenv[o.name] = ArrayValue(shape, None)
             elif isinstance(s, (KFold, KScan)):
                 shape = _shape(s.shape, aenv)
                 n = int(I.eval_scalar(s.n, aenv)[0])
-                full = math.prod(shape) * n
-                pairs = [(full, _nodes(s.src) + _nodes(s.f))]
+                rows = math.prod(shape)
+                if scalar_binop(s.f, _UFUNCS) is not None:  # one NumPy reduction
+                    pairs = [(rows * n, _nodes(s.src) + 1, 1)]
+                else:  # the evaluator's loop along the rows: n vectorised steps
+                    pairs = [(rows * n, _nodes(s.src), 1), (rows, _nodes(s.f), n)]
                 out = shape if isinstance(s, KFold) else shape + (n + (s.z is not None),)
                 aenv[s.out.name] = ArrayValue(out, None)
             elif isinstance(s, KPermute):
                 out = _shape(s.out_shape, aenv)
                 shape = _shape(s.shape, aenv)
-                pairs = [(math.prod(out), _nodes(s.defaults)),
-                         (math.prod(shape), _nodes(s.target, s.value, s.comb))]
+                pairs = [(math.prod(out), _nodes(s.defaults), 1),
+                         (math.prod(shape), _nodes(s.target, s.value, s.comb), 1)]
                 aenv[s.out.name] = ArrayValue(out, None)
             else:  # a loop or conditional: what follows may depend on its results' shapes
                 continue
         except Exception:  # noqa: BLE001 - a shape that reads elements, or an unknown array
             continue
-        for elements, nodes in pairs:
-            total += nodes * (elements * SECONDS_PER_NODE_ELEMENT + SECONDS_PER_NODE)
+        for elements, nodes, times in pairs:  # ``times`` steps over ``elements`` each
+            total += times * nodes * (elements * SECONDS_PER_NODE_ELEMENT + SECONDS_PER_NODE)
     return total
