@@ -11,7 +11,8 @@ The estimate: the NumPy tier evaluates every scalar expression node of a loop st
 element it computes, vectorised over the elements, so a call costs about
 ``SECONDS_PER_NODE_ELEMENT`` per (element, node) pair plus ``SECONDS_PER_NODE`` per node
 (the evaluator's Python overhead).  ``estimate(kp, args)`` sums that over the top-level
-loop steps, whose element counts are known from the arguments' shapes: a ``KGenerate``
+loop steps, whose element counts are known from the arguments (shapes, and elements a
+shape reads): a ``KGenerate``
 computes its shape's elements; a ``KFold``/``KScan`` its whole source (shape ++ n) and
 the combination as often (one NumPy reduction when it is ``+``, ``*``, ``max`` or
 ``min``; else the evaluator loops along the rows: ``n`` steps of the combination over
@@ -40,8 +41,11 @@ from __future__ import annotations
 import math
 import os
 
+import numpy as np
+
 from accel.ast.patterns import scalar_binop
 from accel.ast.traverse import walk
+from accel.ast.types import ArrayT, Scalar
 from accel.backends import interpreter as I
 from accel.backends.interpreter_values import ArrayValue
 from accel.fusion.kernels import KFold, KGenerate, KPermute, KScan, KUse, count_loops
@@ -109,10 +113,19 @@ def _shape(e, aenv) -> tuple:
     return tuple(int(x[0]) for x in I.eval_scalar(e, aenv))
 
 
+def _input(t, a) -> ArrayValue:
+    """An argument for shape evaluation: its elements too when it is a plain array of
+    the parameter's type (a shape may read them, e.g. sizes passed as data), else its
+    shape only."""
+    if (isinstance(a, np.ndarray) and isinstance(t, ArrayT) and isinstance(t.elt, Scalar)
+            and a.dtype == t.elt.dtype and a.ndim == t.rank):
+        return ArrayValue(a.shape, a)
+    return ArrayValue(getattr(a, "shape", ()), None)
+
+
 def estimate(kp, args) -> float:
     """Estimated seconds of one NumPy-tier call of ``kp`` on ``args`` (module docstring)."""
-    aenv = {p.name: ArrayValue(getattr(a, "shape", ()), None)
-            for p, a in zip(kp.params, args)}
+    aenv = {p.name: _input(p.type, a) for p, a in zip(kp.params, args)}
     total = 0.0
     for s in kp.body.steps:
         try:
