@@ -11,15 +11,16 @@ what tracing produced:
 * ``accel.ad.api`` keys a derivative program by the program differentiated and the
   request (which parameters, with the value or not, the mode).
 
-Keys (``key``) are the sha256 of: the program's ``fingerprint`` (its structure up to the
+A key (``key``) is a text made of: the program's ``fingerprint`` (its structure up to the
 names of its binders, every constant by value: scalars by ``repr``, arrays by dtype,
 shape and the sha256 of their bytes, user source locations kept by nodes for error
 messages), the request's parts, and ``code_version`` (the sha256 of every source file
 of ``accel`` and ``accel.backends``, and the NumPy and Python versions), so equal
 programs share an entry across processes and a changed program, constant, dtype, rank,
-option or compiler never finds another's.  An entry stores its full key text and is used
-only if that matches; an unreadable, truncated or mismatched entry is ignored (and
-replaced by the rebuilt one), never trusted.  Entries are pickles, so they live in the
+option or compiler never finds another's.  An entry's file is named by the sha256 of
+its key text, stores that text in full and is used only if it matches; an unreadable,
+truncated or mismatched entry is ignored (and replaced by the rebuilt one), never
+trusted.  Entries are pickles, so they live in the
 directory whose ownership ``backends.numba.cachedir`` checks (``$ACCEL_CACHE_DIR``,
 subdirectory ``programs``); a refused directory means no program cache for the process.
 
