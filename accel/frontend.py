@@ -589,7 +589,7 @@ def with_captured(prog: N.Program) -> N.Program:
 
 def call_program(prog: N.Program, args: list):
     """Inline ``prog`` applied to the Acc ``args`` in the current trace context."""
-    from .ast.traverse import freshen, substitute
+    from .ast.traverse import freshen
     require_array_level("calling a program")
     if len(args) != len(prog.params):
         raise ProgramTypeError(f"program takes {len(prog.params)} arrays, got {len(args)}")
@@ -599,6 +599,6 @@ def call_program(prog: N.Program, args: list):
         if a.type != p.type:
             raise ProgramTypeError(f"argument {i}: expected {p.type!r}, got {a.type!r}")
         env[p.name] = a.var
-    fresh_prog = freshen(prog)
-    env = {q.name: env[p.name] for p, q in zip(prog.params, fresh_prog.params)}
-    return bind_array(substitute(fresh_prog.body, env))
+    # One walk: fresh binders, parameters replaced by the arguments (a derivative program
+    # inlined here has thousands of nodes: two walks were most of tracing a gradient).
+    return bind_array(freshen(prog.body, env))

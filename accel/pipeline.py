@@ -9,7 +9,10 @@ the result to a backend.  Each backend module provides
 NumPy values; ``stats`` of the prepared runner report what it runs.  A backend that can
 run a program on a tier needing no compilation while its kernels compile (``cpu``, see
 ``backends/cpu/tiered.py``) says so with ``TIERED = True``; it then takes ``tiered``
-(``None``: ``$ACCEL_TIERED``) and its runners have ``wait(timeout)``.
+(``None``: ``$ACCEL_TIERED``) and its runners have ``wait(timeout)``.  A backend with
+``PROGRAM_CACHE = True`` (``cpu``) has the optimised and fused programs kept in the
+program cache (``progcache``, ``optimise_cached``): a program traced before skips
+simplification and fusion, in any process.
 """
 
 from __future__ import annotations
@@ -52,16 +55,47 @@ def optimise(prog: N.Program, timings: dict | None = None) -> N.Program:
     return prog
 
 
-def prepare(prog: N.Program, backend: str, check_bounds: bool, tiered: bool | None = None):
-    """A runner for ``prog`` on ``backend`` (fusing first for kernel backends); ``tiered``
-    is passed to backends that have tiers (``TIERED``) and ignored by the others."""
+def prepare(prog: N.Program, backend: str, check_bounds: bool, tiered: bool | None = None,
+            kp=None):
+    """A runner for ``prog`` on ``backend`` (fusing first for kernel backends, unless the
+    fused kernel program ``kp`` is given); ``tiered`` is passed to backends that have
+    tiers (``TIERED``) and ignored by the others."""
     module = get_backend(backend)
     if hasattr(module, "prepare_kernels"):
-        from .fusion.fuse import fuse
+        if kp is None:
+            from .fusion.fuse import fuse
+            kp = fuse(prog)
         if getattr(module, "TIERED", False):
-            return module.prepare_kernels(fuse(prog), check_bounds, tiered=tiered)
-        return module.prepare_kernels(fuse(prog), check_bounds)
+            return module.prepare_kernels(kp, check_bounds, tiered=tiered)
+        return module.prepare_kernels(kp, check_bounds)
     return module.prepare(prog, check_bounds)
+
+
+def optimise_cached(traced: N.Program, backend: str):
+    """``(optimised program, fused kernel program or None)`` for ``traced`` on
+    ``backend``: from the program cache (``progcache``) for backends that use it
+    (``PROGRAM_CACHE = True``), else made now (and stored there)."""
+    from . import progcache
+    module = get_backend(backend)
+    kernels = hasattr(module, "prepare_kernels")
+    text = None
+    if kernels and getattr(module, "PROGRAM_CACHE", False) and progcache.enabled():
+        from .fusion.kernels import KernelProgram
+        text = progcache.key("pipeline", traced, backend)
+        hit = progcache.load(text)
+        if (isinstance(hit, tuple) and len(hit) == 2 and isinstance(hit[0], N.Program)
+                and isinstance(hit[1], KernelProgram)
+                and [p.type for p in hit[0].params] == [p.type for p in traced.params]
+                and hit[0].type == traced.type):
+            return hit
+    prog = optimise(traced)
+    kp = None
+    if kernels:
+        from .fusion.fuse import fuse
+        kp = fuse(prog)
+    if text is not None:
+        progcache.store(text, (prog, kp))
+    return prog, kp
 
 
 def get_backend(name: str):
@@ -110,8 +144,8 @@ class Compiled:
         sig = tuple(arg_type(a, i) for i, a in enumerate(args))
         entry = self._cache.get(sig)
         if entry is None:
-            prog = optimise(trace_program(self.fn, sig))
-            runner = prepare(prog, self.backend, self.check_bounds, self.tiered)
+            prog, kp = optimise_cached(trace_program(self.fn, sig), self.backend)
+            runner = prepare(prog, self.backend, self.check_bounds, self.tiered, kp)
             entry = self._cache[sig] = (prog, runner)
         self._by_dtypes[key] = entry
         return entry

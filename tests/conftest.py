@@ -10,6 +10,8 @@ The cpu backend's tiered execution (first calls on NumPy while the kernels compi
 worker process) is off for the whole session, whatever the environment says, so that
 every cpu test runs the numba kernels; ``tests/test_tiered.py`` turns it on per
 program (``A.compile(..., tiered=True)``).  The log line about long compilations is off.
+The program cache (``accel.progcache``) is off too, so that every test runs the passes
+it tests (some replace a pass to inject a fault); ``tests/test_progcache.py`` turns it on.
 """
 
 import glob
@@ -22,6 +24,7 @@ def _has_nvidia_gpu() -> bool:
 
 os.environ["ACCEL_TIERED"] = "0"
 os.environ["ACCEL_COMPILE_LOG"] = "0"
+os.environ["ACCEL_PROGRAM_CACHE"] = "0"
 
 if not _has_nvidia_gpu():
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")

@@ -44,7 +44,25 @@ def gradient_program(prog: N.Program, wrt, op="gradientA", with_value=False,
             f"{op}: the program must return a rank-0 floating array (a scalar loss), but it "
             f"returns {t!r}; use A.vjp for other results")
     idx, single = resolve_wrt(op, prog, wrt)
-    return reverse_program(prog, idx, "one", mode, with_value), single
+    return _reverse_cached(prog, idx, mode, with_value), single
+
+
+def _reverse_cached(prog: N.Program, idx, mode, with_value: bool) -> N.Program:
+    """``reverse_program(prog, idx, "one", mode, with_value)``, kept in the program cache
+    (``accel.progcache``) across processes.  Programs reading arrays of an enclosing
+    program (free variables, named by this process) are not cached."""
+    from .. import progcache
+    from ..ast.traverse import free_vars
+    text = None
+    if progcache.enabled() and not free_vars(prog):
+        text = progcache.key("reverse", prog, tuple(idx), mode, bool(with_value))
+        hit = progcache.load(text)
+        if isinstance(hit, N.Program) and len(hit.params) == len(prog.params):
+            return hit
+    g = reverse_program(prog, idx, "one", mode, with_value)
+    if text is not None:
+        progcache.store(text, g)
+    return g
 
 
 def _derivative(f, wrt, op: str, with_value: bool, mode: str):

@@ -30,6 +30,21 @@ def fresh(prefix: str) -> str:
     return f"{prefix}{next(_counter)}"
 
 
+def names_used() -> int:
+    """A bound on the numbers of the names ``fresh`` has made so far (every one is below
+    it).  It uses up one number."""
+    return next(_counter)
+
+
+def reserve_names(n: int) -> None:
+    """Make ``fresh`` number its names from ``n`` on at least: a program made in another
+    process (``accel.progcache``), whose names are all numbered below ``n``, then never
+    shares a name with one made later here."""
+    global _counter
+    if int(n) > next(_counter):  # (a margin for a ``fresh`` racing on another thread)
+        _counter = itertools.count(int(n) + 1000)
+
+
 class Node:
     """Structural equality and cached hashing for AST nodes."""
 
@@ -37,7 +52,7 @@ class Node:
         k = self.__dict__.get("_key")
         if k is None:
             k = (type(self).__name__,) + tuple(
-                _keyof(getattr(self, f.name)) for f in fields(self) if f.compare)
+                _keyof(getattr(self, name)) for name in _compare_fields(self))
             object.__setattr__(self, "_key", k)
         return k
 
@@ -76,6 +91,25 @@ class Node:
 
     def _set_type(self, t) -> None:
         object.__setattr__(self, "type", t)
+
+    def __getstate__(self):
+        # The cached hash is of this process (string hashes are salted per process) and the
+        # cached key holds it: a pickled node recomputes both where it is loaded.
+        d = self.__dict__
+        if "_hash" in d or "_key" in d:
+            d = {k: v for k, v in d.items() if k not in ("_hash", "_key")}
+        return d
+
+
+def _compare_fields(n) -> tuple:
+    t = type(n)
+    names = _COMPARE.get(t)
+    if names is None:  # once per class: ``dataclasses.fields`` is slow
+        names = _COMPARE[t] = tuple(f.name for f in fields(n) if f.compare)
+    return names
+
+
+_COMPARE: dict = {}
 
 
 def _key_nodes(k):
@@ -313,6 +347,13 @@ class Use(Arr):
     def key(self):
         a = self.array
         return ("Use", str(a.dtype), a.shape, hashlib.sha256(a.tobytes()).hexdigest())
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        try:  # read-only again after unpickling (a copy made here)
+            self.array.setflags(write=False)
+        except ValueError:
+            pass
 
 
 @node

@@ -110,9 +110,17 @@ def subterms(n) -> list:
     return out
 
 
-def child_fields(n: Node):
+def child_fields(n: Node) -> tuple:
     """The names of the fields of ``n`` that hold nodes (or tuples of optional nodes)."""
-    return [f.name for f in fields(n) if f.compare and f.name != "ty"]
+    t = type(n)
+    names = _CHILD_FIELDS.get(t)
+    if names is None:  # once per class: ``dataclasses.fields`` is slow (a third of tracing)
+        names = _CHILD_FIELDS[t] = tuple(f.name for f in fields(n)
+                                         if f.compare and f.name != "ty")
+    return names
+
+
+_CHILD_FIELDS: dict = {}
 
 
 def children(n: Node) -> list:
@@ -131,20 +139,29 @@ def map_children(n: Node, f) -> Node:
     """Rebuild ``n`` with ``f`` applied to every child node (``n`` itself if nothing changed)."""
     changed = False
     kw = {}
-    for fl in fields(n):
-        if not fl.init:
-            continue
-        v = getattr(n, fl.name)
-        if isinstance(v, Node) and fl.name != "ty":
+    for name in _init_fields(n):
+        v = getattr(n, name)
+        if isinstance(v, Node) and name != "ty":
             nv = f(v)
-        elif isinstance(v, tuple) and fl.name not in ("ty",):
+        elif isinstance(v, tuple) and name != "ty":
             nv = tuple(f(x) if isinstance(x, Node) else x for x in v)
         else:
             nv = v
         changed |= nv is not v and not (isinstance(v, tuple) and nv == v and all(
             a is b for a, b in zip(nv, v)))
-        kw[fl.name] = nv
+        kw[name] = nv
     return type(n)(**kw) if changed else n
+
+
+def _init_fields(n: Node) -> tuple:
+    t = type(n)
+    names = _INIT_FIELDS.get(t)
+    if names is None:
+        names = _INIT_FIELDS[t] = tuple(f.name for f in fields(n) if f.init)
+    return names
+
+
+_INIT_FIELDS: dict = {}
 
 
 def binders(n: Node) -> tuple:
@@ -241,8 +258,10 @@ def _rebind(n: Node, ren: dict) -> Node:
     return n
 
 
-def freshen(n: Node) -> Node:
-    """A copy of ``n`` whose binders all have fresh names (for duplicating code)."""
+def freshen(n: Node, env: dict | None = None) -> Node:
+    """A copy of ``n`` whose binders all have fresh names (for duplicating code); ``env``
+    (name -> node) also replaces free variables, as ``substitute`` would (fresh binders
+    cannot capture them), in the same walk."""
     def go(n, env):
         if isinstance(n, (Var, Avar)):
             return env.get(n.name, n)
@@ -261,7 +280,7 @@ def freshen(n: Node) -> Node:
         if not children(n):
             return n
         return map_children(n, lambda c: go(c, env))
-    return go(n, {})
+    return go(n, dict(env) if env else {})
 
 
 def count_nodes(n: Node) -> int:

@@ -16,7 +16,10 @@ row helpers), ``plan`` (the plan types and the serial/parallel choice), ``runtim
 ``vectorize`` (leaf modules); ``tiered`` (the first calls on the fused NumPy evaluator,
 ``backends.fused``, while ``worker``, a child process, compiles the kernels into the
 disk cache; ``prepare_kernels(kp, check_bounds, tiered)`` returns a ``TieredRunner``
-unless tiers are off) and ``compilelog`` (one log line for a long compilation).  May
+unless tiers are off), ``tiercost`` (the NumPy tier's estimated time, to skip it where it
+would be slower than compiling) and ``compilelog`` (one log line for a long compilation).
+Only ``runtime`` (and what it imports) imports numba, so that a first call on the NumPy
+tier needs none; ``Runner`` is imported on first use.  May
 import ``accel`` (ast, errors, fusion, types), ``backends.numba`` and
 ``backends.fused``; never ``backends.cuda``.
 ``runner.stats()`` reports ``kernels`` (parallel loops, ``count_loops``),
@@ -99,13 +102,24 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # loads (numba's first BLAS call), so it does not change a NumPy already imported.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from .runtime import Runner  # noqa: E402
 from .tiered import TieredRunner, tiering_enabled  # noqa: E402
 
-__all__ = ["Runner", "TIERED", "TieredRunner", "prepare_kernels"]
+__all__ = ["PROGRAM_CACHE", "Runner", "TIERED", "TieredRunner", "prepare_kernels"]
 
 #: This backend has tiers (``accel.pipeline.prepare`` passes ``tiered``).
 TIERED = True
+#: The pipeline keeps this backend's fused programs in the program cache
+#: (``accel.progcache``).
+PROGRAM_CACHE = True
+
+
+def __getattr__(name):
+    # ``runtime`` imports numba (about 0.4 s), which a first call on the NumPy tier does
+    # not need: it is imported when something asks for compiled kernels.
+    if name == "Runner":
+        from .runtime import Runner
+        return Runner
+    raise AttributeError(name)
 
 
 def prepare_kernels(kp, check_bounds: bool = False, tiered: bool | None = None):
@@ -114,4 +128,5 @@ def prepare_kernels(kp, check_bounds: bool = False, tiered: bool | None = None):
     kernels compile in a worker process (``tiered``)."""
     if tiering_enabled(tiered):
         return TieredRunner(kp, check_bounds)
+    from .runtime import Runner
     return Runner(kp, check_bounds)

@@ -20,7 +20,6 @@ the semantics through floating-point reassociation, so they are fixed numbers.
 
 from __future__ import annotations
 
-import numba
 
 from accel.ast import nodes as N
 from accel.ast.traverse import children
@@ -37,7 +36,7 @@ from . import contract
 from .unravel import counted
 from .emitter import (PAR_TASKS_PER_THREAD, KernelGen, chunk_task, count_ops, increment,
                       row_counter, work_bufs)
-from .plan import Launch, dtypes, inner_length
+from .plan import Launch, dtypes, inner_length, num_threads
 
 FOLD_CHUNKS = 64  # chunks of a long fold (two-level reduction)
 FOLD_CHUNK_MIN_N = 4096  # inner length from which a fold with few rows is chunked
@@ -571,7 +570,7 @@ def launch(s: KFold, plan, ev) -> Launch:
         work += [("b", size * nch, dt) for dt in dtypes(s.out.type)]
     tile = 1
     if plan.outer and nch == 1 and n > 1:  # interchanged loops, tiles of rows
-        tasks = PAR_TASKS_PER_THREAD * numba.get_num_threads()
+        tasks = PAR_TASKS_PER_THREAD * num_threads()
         tile = max(8, min(FOLD_TILE, -(-size // tasks)))
         phases.append(("o", -(-size // tile), size * n))
     elif plan.outer and nch > 1:  # interchanged, a chunk of elements per task

@@ -12,7 +12,6 @@ passes (:func:`emit_projection`); any other combination scatters serially.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from accel.ast.patterns import projection_side
@@ -23,7 +22,7 @@ from accel.backends.numba.trees import flat, rebuild
 from accel.fusion.kernels import KPermute
 
 from .emitter import KernelGen, increment
-from .plan import Launch, dtypes
+from .plan import Launch, dtypes, num_threads
 
 PERMUTE_CHUNKS = 16  # most private buffers of the parallel scatter
 PERMUTE_PAR_MIN_SRC = 16384  # smaller sources scatter serially
@@ -202,7 +201,7 @@ def launch(s: KPermute, plan, ev) -> Launch:
     nch = 0
     if plan.fast == "winner":  # a projection: the winners' indices, -1 for none
         # the winner does not depend on the chunking: one chunk per thread
-        nch = max(1, min(permute_chunks(size, ssize), numba.get_num_threads()))
+        nch = max(1, min(permute_chunks(size, ssize), num_threads()))
         if nch > 1:
             work.append(("f", nch * size, np.dtype(np.int64), -1))
             phases += [("p", ssize, -nch), ("m", size, size * nch)]

@@ -16,12 +16,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numba
 
 from accel.ast.types import leaves
 from accel.errors import ShapeError
 
 from .emitter import PAR_MIN_WORK, PAR_TASKS_PER_THREAD
+
+
+def num_threads() -> int:
+    """numba's thread count (numba is imported when a launch is first decided, not with
+    this module: code generation needs no numba, ``tiered``)."""
+    import numba
+    return numba.get_num_threads()
 
 
 @dataclass
@@ -80,7 +86,7 @@ def calls(plan: KernelPlan, phases: list) -> list:
             out.append((f"{plan.fn}_par_{phase}", (ntask, -amount), f"{phase}_parallel"))
         elif (ntask >= 2 and amount * plan.weight >= PAR_MIN_WORK
               and phase in plan.parallel):
-            nch = min(ntask, PAR_TASKS_PER_THREAD * numba.get_num_threads())
+            nch = min(ntask, PAR_TASKS_PER_THREAD * num_threads())
             out.append((f"{plan.fn}_par_{phase}", (ntask, nch), f"{phase}_parallel"))
         else:
             out.append((f"{plan.fn}_{phase}", (0, ntask, 0), f"{phase}_serial"))

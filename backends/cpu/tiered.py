@@ -43,6 +43,21 @@ later calls compile in this process (and raise it again if it persists).  A work
 cannot start or dies, or a fork, makes the runner compile in-process on its next call
 (fork: resubmit from the child).
 
+Skipping the NumPy tier.  Where the fused evaluator materialises what the kernels never
+do (a fold over a large ``generate``), a NumPy call can take longer than compiling.
+Each call's time on the NumPy tier is estimated from its arguments' shapes first
+(``tiercost``); over ``tiercost.budget()`` seconds the call waits for the running job
+(then runs compiled), or with no job compiles in this process, and later calls run
+compiled.  A NumPy call that took longer than estimated scales the later estimates by
+that ratio (the estimate misses memory effects: the corpus's 256^3 matrix product
+gradient took 6.7 times its estimate on NumPy, the MLP about once).  ``stats()`` has
+``numpy_estimate_seconds`` and ``numpy_skipped``.
+
+Nothing before the first NumPy call imports numba (about 0.4 s) or loads the generated
+module (0.3 s): the runner transposes and generates the module text itself (numba-free,
+for its hash and the job), and makes the ``runtime.Runner`` (``compiled``) on first
+need, normally on the receiving thread when the worker is done.
+
 Choosing: ``A.compile(f, tiered=False)`` or ``ACCEL_TIERED=0`` runs compiled kernels
 only (what benchmarks and the test suite use); ``compiled.wait()`` blocks until the
 compiled tier is ready.  Tiering needs a POSIX system and ``sys.executable``; elsewhere
@@ -57,11 +72,13 @@ import threading
 import time
 
 from accel.backends import fused
-from accel.backends.numba.cache import source_hash
+from accel.backends.numba.cache import module_name, source_hash
+from accel.backends.numba.cachedir import usable_dir
 from accel.errors import BackendError
+from accel.fusion.kernels import count_loops
 
-from . import compilelog, worker
-from .runtime import Runner
+from . import codegen, compilelog, tiercost, worker
+from .transpose import transpose_reads
 
 
 def tiering_enabled(tiered: bool | None) -> bool:
@@ -78,10 +95,17 @@ class TieredRunner:
     kernels compile in the worker process (module docstring)."""
 
     def __init__(self, kp, check_bounds: bool = False):
-        self.kp = kp  # the NumPy tier runs it as fused it (the worker gets compiled.kp)
+        self.kp = kp  # the NumPy tier runs it as fused it (the worker gets _tkp)
         self.check_bounds = check_bounds
-        self.compiled = Runner(kp, check_bounds)  # codegen + module load: no compilation
-        self._hash = source_hash(self.compiled.gen.source)
+        # The compiled tier's program and module text, made without numba: the
+        # ``runtime.Runner`` (which imports numba and loads the module, about 0.7 s) is
+        # made when compiled kernels are first needed (``compiled``), usually on the
+        # receiving thread when the worker is done, not before the first result.
+        self._tkp = transpose_reads(kp)
+        self._source = codegen.generate(self._tkp.body, bool(check_bounds)).source
+        self._hash = source_hash(self._source)
+        self._runner = None
+        self._runner_lock = threading.Lock()
         self._lock = threading.RLock()  # _done may run inside _start
         self._ready = threading.Event()  # set: calls run the compiled tier
         self._job = None
@@ -94,18 +118,80 @@ class TieredRunner:
         self._compiled_calls = 0
         self._background_seconds = None
         self._switch_seconds = None  # loading the worker's kernels here
+        self._estimates: dict = {}  # argument shapes -> estimated NumPy-tier seconds
+        self._estimate = None  # ... of the last call that asked
+        self._skipped = 0  # calls that skipped the NumPy tier on their estimate
+        self._wait = None  # estimated seconds from a standing start to compiled kernels
+        self._scale = 1.0  # measured / estimated time of the slowest NumPy call so far
+
+    @property
+    def compiled(self):
+        """The compiled tier (a ``runtime.Runner``), made on first use."""
+        r = self._runner
+        if r is None:
+            with self._runner_lock:
+                if self._runner is None:
+                    from .runtime import Runner
+                    self._runner = Runner(self._tkp, self.check_bounds, rewritten=True)
+                r = self._runner
+        return r
 
     # ---- calls
 
     def __call__(self, args):
         if self._ready.is_set():
             return self._run_compiled(args)
+        if not self._numpy_worth_it(args):
+            return self._run_compiled(args)
         self._start(args)
         if self._ready.is_set():  # the job failed at once: no worker here
             return self._run_compiled(args)
         self._tier = "numpy"
         self._numpy_calls += 1
-        return fused.evaluate(self.kp, args)
+        t0 = time.perf_counter()
+        out = fused.evaluate(self.kp, args)
+        secs = time.perf_counter() - t0
+        if self._estimate and secs > tiercost.MIN_SECONDS:  # later estimates: as measured
+            self._scale *= max(1.0, secs / self._estimate)
+        return out
+
+    def _numpy_worth_it(self, args) -> bool:
+        """Whether this call runs on the NumPy tier: not when its estimated time there
+        (``tiercost``) is over the budget.  Then the caller waits for the worker's job
+        if one is running, and otherwise compiles here (calls run compiled from now)."""
+        key = tuple(getattr(a, "shape", None) for a in args)
+        secs = self._estimates.get(key)
+        if secs is None:
+            try:
+                secs = tiercost.estimate(self.kp, args)
+            except Exception:  # noqa: BLE001 - no estimate: the NumPy tier, as before
+                secs = 0.0
+            self._estimates[key] = secs
+        secs *= self._scale
+        self._estimate = secs
+        if not tiercost.skip_numpy(secs, self._wait_seconds):
+            return True
+        self._skipped += 1
+        with self._lock:
+            job = self._job
+        if job is not None:
+            job.done.wait()  # its answer has been handled when this is set
+        with self._lock:
+            if not self._ready.is_set():  # no job, or it ended without kernels for us
+                self._finish("local")
+        return False
+
+    def _wait_seconds(self) -> float:
+        """Estimated seconds until the compiled tier is ready (``tiercost``)."""
+        if self._wait is None:
+            try:
+                self._wait = tiercost.wait_estimate(
+                    self._tkp, module_name(self._source), str(usable_dir("cpu")))
+            except Exception:  # noqa: BLE001 - unknown: as if compiling from scratch
+                self._wait = float("inf")
+        t0 = getattr(self, "_t0", None)
+        spent = time.perf_counter() - t0 if t0 is not None and self._job is not None else 0.0
+        return max(0.0, self._wait - spent)
 
     def _run_compiled(self, args):
         err = self._error
@@ -123,9 +209,9 @@ class TieredRunner:
             if self._job is not None or self._ready.is_set():
                 return
             if args is not None:
-                self._payload = {"kp": self.compiled.kp, "check_bounds": self.check_bounds,
+                self._payload = {"kp": self._tkp, "check_bounds": self.check_bounds,
                                  "args": list(args), "hash": self._hash, "env": _accel_env(),
-                                 "cache_dir": os.path.dirname(self.compiled.module.__file__)}
+                                 "cache_dir": str(usable_dir("cpu"))}
             elif self._payload is None:
                 return
             self._state = "compiling"
@@ -139,7 +225,7 @@ class TieredRunner:
                 self._watch = compilelog.watch(None, None)  # the job's first runner logs
                 self._job.add_done(self._done)
                 return
-            self._watch = compilelog.watch(self.compiled.gen.source, self.kp, background=True)
+            self._watch = compilelog.watch(self._source, self.kp, background=True)
             self._job = job = worker.submit(self._payload, self._done)
             with _jobs_lock:
                 if job.result is None or job.result["status"] == "ok":
@@ -202,11 +288,19 @@ class TieredRunner:
     # ---- the rest of the runner's interface
 
     def stats(self) -> dict:
-        s = self.compiled.stats()
+        r = self._runner
+        if r is not None:
+            s = r.stats()
+        else:  # not made yet: asking must not load numba and the module in the caller
+            s = {"kernels": count_loops(self._tkp.body), "compile_seconds": 0.0,
+                 "numba_cache_hits": 0, "compiled_functions": 0, "module": None,
+                 "launches": {}, "planned_steps": 0, "straight_line_calls": 0,
+                 "check_bounds": bool(self.check_bounds)}
         s.update(tiered=True, tier=self._tier, compile_state=self._state,
                  numpy_calls=self._numpy_calls, compiled_calls=self._compiled_calls,
                  background_compile_seconds=self._background_seconds,
-                 switch_seconds=self._switch_seconds)
+                 switch_seconds=self._switch_seconds, numpy_estimate_seconds=self._estimate,
+                 numpy_skipped=self._skipped)
         return s
 
     def show(self) -> str:

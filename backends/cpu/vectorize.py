@@ -19,15 +19,16 @@ process compiles with the user's settings.  The generated source carries
 
 from __future__ import annotations
 
-from numba.core import config
-from numba.core.compiler_lock import global_compiler_lock
-from numba.core.registry import CPUDispatcher
-
 #: A line of every generated module's header (part of its content hash).
 MARK = "# compiled with LLVM's SLP vectorizer (backends/cpu/vectorize.py)"
 
 
 def _with_slp(compile_):
+    # numba is imported here, not with the module: ``MARK`` is needed by code generation,
+    # which runs before the first call on the NumPy tier, and that needs no numba.
+    from numba.core import config
+    from numba.core.compiler_lock import global_compiler_lock
+
     def compile(sig):
         with global_compiler_lock:
             old = config.SLP_VECTORIZE
@@ -42,6 +43,7 @@ def _with_slp(compile_):
 
 def enable_slp(module) -> None:
     """Compile every numba function of the generated ``module`` with SLP vectorization."""
+    from numba.core.registry import CPUDispatcher
     for d in vars(module).values():
         if isinstance(d, CPUDispatcher) and not getattr(d.compile, "_accel_slp", False):
             d.compile = _with_slp(d.compile)

@@ -28,7 +28,7 @@ from accel.errors import BackendError
 
 from .cachedir import cache_dir, usable_dir
 
-__all__ = ["cache_dir", "clear_memory_cache", "load", "source_hash"]
+__all__ = ["cache_dir", "clear_memory_cache", "load", "module_name", "source_hash"]
 
 _modules: dict = {}  # module name (backend kind + sha256) -> module
 _lock = threading.RLock()
@@ -90,11 +90,15 @@ def _exec(name: str, path: Path, source: str):
     return mod
 
 
+def module_name(source: str, kind: str = "cpu") -> str:
+    """The name of ``source``'s module (and of its file in the cache directory)."""
+    return f"accel_{kind}_{source_hash(source)[:32]}"
+
+
 def load(source: str, kind: str = "cpu"):
     """The module for ``source`` (from memory, from disk, or written now); ``kind`` names
     the backend (module name ``accel_<kind>_<hash>``, cache directory ``<kind>``)."""
-    h = source_hash(source)
-    name = f"accel_{kind}_{h[:32]}"
+    name = module_name(source, kind)
     with _lock:
         mod = _modules.get(name)
         if mod is not None:

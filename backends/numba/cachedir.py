@@ -28,8 +28,6 @@ import threading
 import warnings
 from pathlib import Path
 
-import numba
-
 _lock = threading.Lock()
 _warned: set = set()  # directories already refused (each is warned about once)
 _private: dict = {}  # backend kind -> this process's private directory
@@ -43,7 +41,22 @@ def cache_dir(kind: str = "cpu") -> Path:
         return Path(d)
     import accel
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "accel" / f"{accel.__version__}-numba{numba.__version__}" / kind
+    return Path(base) / "accel" / f"{accel.__version__}-numba{numba_version()}" / kind
+
+
+def numba_version() -> str:
+    """numba's version, without importing numba when it is not loaded yet (about 0.4 s:
+    a first call on the NumPy tier needs no numba, ``backends.cpu.tiered``)."""
+    import sys
+    mod = sys.modules.get("numba")
+    if mod is not None:
+        return mod.__version__
+    try:
+        from importlib.metadata import version
+        return version("numba")
+    except Exception:  # noqa: BLE001 - no metadata: ask numba itself
+        import numba
+        return numba.__version__
 
 
 def current_uid() -> int | None:
