@@ -4,6 +4,8 @@ the writers and the command line."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import platform
 import subprocess
@@ -207,9 +209,31 @@ def ba_arrays(inp):
     return inp.cams, inp.points, inp.weights, inp.features, inp.obs
 
 
+# Compiling BA's Jacobian (forward mode over the reprojection, then the optimiser) takes
+# 10-30 s per program even on the fused and interpreter backends, so the tests share one
+# compiled program per backend (a compiled program runs any instance of its types) instead
+# of compiling the same one in every test.
+
+
+@functools.cache
+def ba_runner(backend, chunk=None):
+    """A ``BARunner`` on ``backend``; runners of other chunk sizes share its programs."""
+    if chunk is None:
+        return ba.BARunner(backend)
+    runner = copy.copy(ba_runner(backend))
+    runner.chunk = chunk
+    return runner
+
+
+@functools.cache
+def whole_jacobian():
+    """``ba.jacobian``, the whole CSR as one program, compiled for the fused backend."""
+    return A.compile(ba.jacobian, backend="fused")
+
+
 def test_ba_test_txt_blocks_match_golden():
     inp = aio.read_ba(os.path.join(DATA, "ba", "test.txt"))
-    runner = ba.BARunner("fused")
+    runner = ba_runner("fused")
     reproj, w_err = runner.residuals(inp)
     J = runner.jacobian(inp)
     res = check.check_ba(inp, reproj, w_err, J)
@@ -245,8 +269,8 @@ def test_ba_jacobian_in_chunks_equals_one_program(chunk):
     """The runner's chunked Jacobian (blocks written into place chunk by chunk, int32
     indices) equals ``ba.jacobian``, the whole CSR as one accel program (int64)."""
     inp = aio.read_ba(os.path.join(DATA, "ba", "test.txt"))
-    J = ba.BARunner("fused", chunk=chunk).jacobian(inp)
-    rows, cols, vals = A.run(ba.jacobian, *ba_arrays(inp), backend="fused")
+    J = ba_runner("fused", chunk).jacobian(inp)
+    rows, cols, vals = whole_jacobian()(*ba_arrays(inp))
     assert J.cols.dtype == J.rows.dtype == np.int32 and cols.dtype == np.int64
     np.testing.assert_array_equal(J.rows, rows)
     np.testing.assert_array_equal(J.cols, cols)
@@ -262,7 +286,7 @@ def test_ba_csr_structure_on_a_tiny_expanded_instance(tmp_path, backend):
     path = _write(tmp_path, "tiny.txt", "\n".join(["3 4 7"] + src[1:]))
     inp = aio.read_ba(path)
     np.testing.assert_array_equal(inp.obs, [[i % 3, i % 4] for i in range(7)])
-    J = ba.BARunner(backend).jacobian(inp)
+    J = ba_runner(backend).jacobian(inp)
     assert (J.nrows, J.ncols, J.nnz) == (21, 11 * 3 + 3 * 4 + 7, 31 * 7)
     ref = check.read_ba_reference(os.path.join(GOLD, "ba", "ba_reference_block.txt"))
     r = ref["ba1..ba20"]
@@ -302,7 +326,7 @@ def test_ba_numpy_reference_and_zero_rotation():
 def test_ba_jacobian_zero_rotation():
     """The untaken branch of a cond (sqrt(0) in Rodrigues' formula) must not leak nan."""
     arr0 = _zero_rotation_arrays()
-    rows, cols, vals = A.run(ba.jacobian, *arr0, backend="fused")
+    rows, cols, vals = whole_jacobian()(*arr0)
     assert np.all(np.isfinite(vals))
     assert check.max_metric(vals, ba.numpy_jacobian(*arr0).vals) <= 1e-12
 
