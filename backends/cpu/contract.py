@@ -103,6 +103,14 @@ def emit(g: KernelGen, s: KFold, c: Contraction, outs: list, dims: list, n: str)
     ob = f"{bt} * {P} * {Q}"
     o = outs[0]
     g.emit(f"{out} = {o}[{ob} + {r0} * {Q}:{ob} + {r1} * {Q}].reshape(({r1} - {r0}, {Q}))")
+    _multiply(g, c, rank, p, q, X, Y, out, K, scale, bt, r0, r1, Q)
+    g.emit(f"{t} += {r1} - {r0}")
+    g.ind -= 1
+
+
+def _multiply(g: KernelGen, c: Contraction, rank: int, p: int, q, X: str, Y: str, out: str,
+              K: str, scale, bt: str, r0: str, r1: str, Q: str) -> None:
+    """``out = scale * X . Y`` (zero for an empty sum), then the output-index factors."""
     g.emit(f"if {K} == 0:")
     g.emit(f"    {out}[:] = 0")
     g.emit("else:")
@@ -110,8 +118,6 @@ def emit(g: KernelGen, s: KFold, c: Contraction, outs: list, dims: list, n: str)
     if scale is not None:
         g.emit(f"{out} *= {scale}")
     _post(g, c, rank, p, q, bt, r0, r1, Q, out)
-    g.emit(f"{t} += {r1} - {r0}")
-    g.ind -= 1
 
 
 def _axpy_rows(g: KernelGen, c: Contraction, rank: int, p: int, x: str, xb: str, y: str,
@@ -216,13 +222,7 @@ def _emit_strided(g: KernelGen, c: Contraction, outs: list, dims: list, n: str, 
     g.emit(f"    for {kk} in range({K}):")
     g.emit(f"        {X}[{rr} - {r0}, {kk}] = {x}[{base} + {kk} * {xst[rank]}]")
     g.emit(f"{out} = np.empty(({r1} - {r0}, {Q}), dtype={dt})")
-    g.emit(f"if {K} == 0:")
-    g.emit(f"    {out}[:] = 0")
-    g.emit("else:")
-    g.emit(f"    np.dot({X}, {Y}, {out})")
-    if scale is not None:
-        g.emit(f"{out} *= {scale}")
-    _post(g, c, rank, p, q, bt, r0, r1, Q, out)
+    _multiply(g, c, rank, p, q, X, Y, out, K, scale, bt, r0, r1, Q)
     o = outs[0]
     oq = f" + {cc} * {ost[q]}" if q is not None else ""
     g.emit(f"for {rr} in range({r0}, {r1}):")
