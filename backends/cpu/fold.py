@@ -6,7 +6,8 @@ Phases (the rule that picks one is :func:`launch`, beside the kernels):
 * ``f``: (row, chunk) tasks, ``mode`` chunks per row; with several chunks ``comb``
   then combines each row's partials in chunk order (only associativity is assumed).
   Few long rows are cut into ``FOLD_CHUNKS`` chunks, a fixed number, so results do not
-  depend on the thread count.
+  depend on the thread count.  A chunk of at least ``FOLD_LANE_MIN`` elements of a fold
+  by ``+ * max min`` runs in ``FOLD_LANES`` interleaved accumulators (``_fold_lanes``).
 * ``b``: rows in blocks of up to 16 (independent accumulator chains, SLP-vectorized;
   sums of outer products also ``FOLD_PLANES`` rows of the dimension before the last),
   for small element functions.
