@@ -78,6 +78,20 @@ def _bound_in_loops(block: KBlock, inside: bool = False) -> set:
     return out
 
 
+def _work_buffers(spec, leaves_: list, take, taken: list) -> list:
+    """A step's work buffers from its plan's ``work`` specification: an output leaf
+    (``("o", k)``), a pooled buffer (``("b", size, dtype)``) or a filled one."""
+    work = []
+    for w in spec:
+        if w[0] == "o":
+            work.append(leaves_[w[1]])
+        elif w[0] == "b":
+            work.append(take(w[1], w[2], taken))
+        else:
+            work.append(np.full(w[1], w[3], dtype=w[2]))
+    return work
+
+
 class _Memo:
     """Host evaluation of a step's shapes, remembered for the rest of the call when they
     read only arrays that stay bound (the same shape expressions recur in many steps,
@@ -472,15 +486,7 @@ class Runner:
             else:
                 outs = [ArrVal(shape, [take(size, dt, taken) for dt in dts])
                         for shape, size, dts in sc.outs]
-            leaves_ = [b for o in outs for b in o.leaves]
-            work = []
-            for w in sc.work:
-                if w[0] == "o":
-                    work.append(leaves_[w[1]])
-                elif w[0] == "b":
-                    work.append(take(w[1], w[2], taken))
-                else:
-                    work.append(np.full(w[1], w[3], dtype=w[2]))
+            work = _work_buffers(sc.work, [b for o in outs for b in o.leaves], take, taken)
         except MemoryError as e:  # the call's buffers go with it: the runner stays usable
             raise out_of_memory("cpu backend", step_label(s), sc.outs[0][0], step_elt(s),
                                 f"{type(e).__name__}: {e}") from None
@@ -533,14 +539,7 @@ class Runner:
                     bufs = [take(size, dt, taken) for dt in dts]
                     leaves_ += bufs
                     outs.append(ArrVal(shape, bufs))
-            work = []
-            for w in work_:
-                if w[0] == "o":
-                    work.append(leaves_[w[1]])
-                elif w[0] == "b":
-                    work.append(take(w[1], w[2], taken))
-                else:
-                    work.append(np.full(w[1], w[3], dtype=w[2]))
+            work = _work_buffers(work_, leaves_, take, taken)
         except MemoryError as e:
             raise out_of_memory("cpu backend", step_label(s), sc.outs[0][0], step_elt(s),
                                 f"{type(e).__name__}: {e}") from None
