@@ -23,6 +23,7 @@ from accel.ast.typecheck import typecheck
 from accel.ast.types import ArrayT, TupleT, bool_, float32, float64, int32, int64, shape_type
 from accel.errors import OutOfBoundsError, ProgramTypeError
 from accel.frontend import trace_program
+from accel.pipeline import optimise
 from accel.simplify.cse import anf, cse
 from accel.simplify.dce import eliminate_dead_code
 from accel.simplify.driver import simplify
@@ -970,3 +971,76 @@ def test_a_condition_is_known_inside_its_branches():
 
     q = check(trace(f, V1), [np.linspace(0.0, 1.0, 7)])
     assert count(q, Cond) == 1
+
+
+# -- loop state shapes (``Local.awhile``)
+
+def _loop_shapes(p):
+    """The array variables whose shapes the simplified loops' bodies still read."""
+    return {n.array.name for lp in walk(p) if isinstance(lp, Awhile)
+            for n in walk(lp.body) if isinstance(n, Shape)}
+
+
+def _accumulating(x, w):
+    """``(k, h, g) <- (k + 1, tanh (w * h), g + h * w)`` five times: every state array
+    keeps its shape, and ``g + ...`` is a ``zip_with`` of a state and an outer array."""
+    def body(s):
+        k, h, g = s
+        h2 = A.generate((A.size(h),), lambda i: A.tanh(w[i] * h[i]))
+        return (A.unit(A.the(k) + 1), h2, A.zip_with(lambda a, b: a + b, g,
+                                                     A.zip_with(lambda a, b: a * b, h, w)))
+    _, h, g = A.awhile(lambda s: A.unit(A.the(s[0]) < 5), body,
+                       (A.unit(0), x, A.map(lambda v: 0.0 * v, w)))
+    return A.zip_with(lambda a, b: a + b, h, g)
+
+
+def test_loop_state_that_keeps_its_shape_is_read_through_the_initial_shape():
+    p = trace(_accumulating, ArrayT(F, 1), ArrayT(F, 1))
+    q = check(p, [np.linspace(-1, 1, 7), np.linspace(0.5, 2, 7)])
+    # the body's shapes are the initial state's (the program's arguments), not the state's
+    assert _loop_shapes(q) <= {v.name for v in q.params}, show_program(q)
+
+
+def test_loop_shape_facts_follow_the_reverse_sweep_of_an_rnn():
+    """The gradient's reverse loop: its adjoints and tapes have the primal's shapes, so
+    its bounds tests fold away and no ``min`` of two state sizes is left."""
+    def rnn(w, h0):
+        def body(s):
+            t, h = s
+            return (A.unit(A.the(t) + 1),
+                    A.generate((A.size(h),), lambda i: A.tanh(w[i] * h[i] + 0.1)))
+        h = A.awhile(lambda s: A.unit(A.the(s[0]) < 4), body, (A.unit(0), h0))[1]
+        return A.sum(A.map(lambda v: v * v, h))
+    g = A.gradientA(rnn, wrt=1)
+    x = np.linspace(-1, 1, 6)
+    q = optimise(trace(g, ArrayT(F, 1), ArrayT(F, 1)))
+    typecheck(q)
+    loops = [n for n in walk(q) if isinstance(n, Awhile)]
+    assert loops
+    for lp in loops:
+        mins = [n for n in walk(lp.body) if isinstance(n, PrimApp) and n.op == "min"]
+        assert not mins, show_program(q)
+    np.testing.assert_allclose(evaluate(q, [x, x]), A.run(g, x, x, backend="interpreter"))
+    fd = A.check_grad(rnn, x, x, backend="interpreter", wrt=1)
+    assert fd, fd
+
+
+def test_loop_state_that_shrinks_keeps_reading_its_own_shape():
+    """A state losing an element per step, beside one that keeps its length: only the
+    second's shape is taken from the initial state."""
+    def f(x, y):
+        def body(s):
+            a, b = s
+            return (A.generate((A.size(a) - 1,), lambda i: a[i] * A.sin(a[i + 1])),
+                    A.map(lambda v: v * 0.5, b))
+        a, b = A.awhile(lambda s: A.unit(A.size(s[0]) > 2), body, (x, y))
+        return A.zip_with(lambda u, v: u + v, A.sum(a), A.sum(b))
+    p = trace(f, ArrayT(F, 1), ArrayT(F, 1))
+    args = [np.array([0.3, -1.2, 2.0, 0.7, 1.1]), np.linspace(0, 1, 3)]
+    q = check(p, args)
+    loop = next(n for n in walk(q) if isinstance(n, Awhile))
+    # the shrinking component is still read through the loop's own state
+    assert any(isinstance(n, Shape) and n.array.name not in {v.name for v in q.params}
+               for n in walk(loop)), show_program(q)
+    np.testing.assert_allclose(evaluate(q, args), np.sum(
+        (lambda a: [a := a[:-1] * np.sin(a[1:]) for _ in range(3)][-1])(args[0])) + 0.125 * 1.5)

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from collections import ChainMap
 
-from ..ast.nodes import (Alet, Avar, Backpermute, Const, Generate, Lam, Let, Permute, Program, Use,
-                         Var, fresh)
+from ..ast.nodes import (Alet, Avar, Awhile, Backpermute, Const, Generate, Lam, Let, Permute,
+                         Program, Use, Var, fresh)
 from ..ast.traverse import rebuild
 from ..ast.types import ArrayT
 from .array_rules import ARRAY_RULES
 from .base import trivial
 from .rename import simplifier_pass
 from .rules import EXP_RULES
-from .shapes import ShapeFacts, default_dims
+from .shapes import ShapeFacts, default_dims, meet_dims
 
 
 class Local(ShapeFacts):
@@ -32,6 +32,9 @@ class Local(ShapeFacts):
         # array variable name -> its dimensions, when they are known better than
         # ``(shape v).k`` (each a cheap expression in scope, e.g. ``(shape a).0`` or 3)
         self.dims = {}
+        # tuple-of-arrays variable name -> tree of dimensions (see ``tree_dims``), and
+        # id(awhile) -> (awhile, tree of its result's dimensions)
+        self.tuple_dims = {}
         self.memo = {}  # id(array term) -> (term, its dimensions)
         self.ibounds = {}  # index parameter name -> the dimensions it ranges over
         self.changes = 0
@@ -44,6 +47,7 @@ class Local(ShapeFacts):
         bindings but records its own separately."""
         new = Local(True, True, True, self.adjoint_zeros, subst)
         new.bound, new.dims = ChainMap({}, self.bound), ChainMap({}, self.dims)
+        new.tuple_dims = ChainMap({}, self.tuple_dims)
         new.memo, new.ibounds = self.memo, self.ibounds
         return new
 
@@ -58,6 +62,8 @@ class Local(ShapeFacts):
             return n
         if t is Let or t is Alet:
             return self.chain(n, t)
+        if t is Awhile:
+            return self.post(self.awhile(n))
         if t is Generate or t is Backpermute:
             d = self.exp_dims(n.shape)
             if d is not None:
@@ -79,6 +85,7 @@ class Local(ShapeFacts):
             else:
                 self.bound[name] = b
                 if t is Alet and isinstance(b.type, ArrayT):
+                    self.dims.pop(name, None)  # a fact from a dropped assumption (``awhile``)
                     d = self.dims_of(b)
                     if d is not None and any(x is not None for x in d):
                         dflt = default_dims(n.var)
@@ -94,6 +101,41 @@ class Local(ShapeFacts):
             else:
                 cur = t(orig.var, b, cur)
         return cur
+
+    def awhile(self, n: Awhile) -> Awhile:
+        """``n`` with its functions rewritten knowing which dimensions of its state
+        never change: the greatest set of the initial state's dimensions that every
+        iteration keeps, found by assuming them all and dropping those the body does not
+        return until the assumption holds.  Reverse mode's loops carry adjoints and tapes
+        whose shapes are the primal's; knowing it, their bodies' bounds tests and
+        ``min`` of equal sizes fold away and equal-shape steps share one kernel."""
+        init = self.go(n.init)
+        assumed = self.tree_dims(init)
+        while True:
+            for lam in (n.cond, n.body):
+                self._assume(lam.param, assumed)
+            cond, body = self.go(n.cond), self.go(n.body)
+            kept = meet_dims(assumed, self.tree_dims(body.body), n.type)
+            if kept == assumed:
+                break
+            assumed = kept
+            self.memo.clear()  # facts derived under the dropped assumption
+        out = n if (cond is n.cond and body is n.body and init is n.init) else \
+            Awhile(cond, body, init, n.every)
+        if assumed is not None:
+            self.tuple_dims[id(out)] = (out, assumed)
+        return out
+
+    def _assume(self, p: Avar, d):
+        """Record (or forget) the dimensions ``d`` of the loop state parameter ``p``."""
+        table = self.dims if isinstance(p.type, ArrayT) else self.tuple_dims
+        if d is None:
+            table.pop(p.name, None)
+            return
+        if isinstance(p.type, ArrayT):
+            dflt = default_dims(p)
+            d = tuple(dflt[k] if x is None else x for k, x in enumerate(d))
+        table[p.name] = d
 
     def post(self, n):
         for _ in range(32):

@@ -9,10 +9,10 @@ backpermutes to the same shape and the bounds checks of index parameters.
 
 from __future__ import annotations
 
-from ..ast.nodes import (Avar, Backpermute, Const, Fold, Generate, Index, Map, Permute, PrimApp,
-                         Prj, Replicate, Reshape, Scan, Shape, Slice, Tuple, Unit, Use, Var,
-                         ZipWith)
-from ..ast.types import ArrayT, int64
+from ..ast.nodes import (Acond, Alet, APrj, ATuple, Avar, Awhile, Backpermute, Const, Fold,
+                         Generate, Index, Map, Permute, PrimApp, Prj, Replicate, Reshape, Scan,
+                         Shape, Slice, Tuple, Unit, Use, Var, ZipWith)
+from ..ast.types import ArrayT, ATupleT, int64
 from .base import const_exp
 
 
@@ -59,9 +59,20 @@ def dims_exp(dims: tuple):
     return Tuple(tuple(dims))
 
 
+def meet_dims(x, y, ty):
+    """The dimensions on which two trees of dimensions (see ``ShapeFacts.tree_dims``) of
+    terms of type ``ty`` agree."""
+    if x is None or y is None:
+        return None
+    if isinstance(ty, ATupleT):
+        return tuple([meet_dims(a, b, t) for a, b, t in zip(x, y, ty.items)])
+    return tuple([a if a is not None and a == b else None for a, b in zip(x, y)])
+
+
 class ShapeFacts:
     """The shape queries of the rewriter ``Local``; reads its ``bound`` (let-bound
-    terms), ``dims`` (better-known dimensions of array variables), ``memo`` and
+    terms), ``dims`` (better-known dimensions of array variables), ``tuple_dims`` (the
+    same for tuple-of-arrays variables and loops: trees of dimensions), ``memo`` and
     ``ibounds`` (the dimensions index parameters range over)."""
 
     # -- shapes (tuples of per-dimension cheap expressions, None where unknown)
@@ -141,7 +152,37 @@ class ShapeFacts:
             return tuple([Const(x, int64) for x in a.array.shape])
         if t is Unit:
             return ()
+        if t is APrj or t is Avar or t is Alet or t is Acond or t is Awhile:
+            return self.tree_dims(a)
         return None
+
+    def tree_dims(self, a):
+        """The dimensions of each array in the (tuple-of-arrays) term ``a``: a tree
+        shaped like its type, with a tuple of dimensions (entries None where unknown)
+        or None at each array leaf; None where nothing is known."""
+        t = type(a)
+        if isinstance(a.type, ArrayT) and t is not APrj and t is not Alet and t is not Acond \
+                and t is not Awhile:
+            return self.dims_of(a)
+        if t is APrj:
+            d = self.tree_dims(a.tup)
+            return None if d is None else d[a.index]
+        if t is ATuple:
+            return tuple([self.tree_dims(x) for x in a.items])
+        if t is Alet:
+            while type(a) is Alet:
+                a = a.body
+            return self.tree_dims(a)
+        if t is Acond:
+            return meet_dims(self.tree_dims(a.t), self.tree_dims(a.e), a.type)
+        if t is Avar:
+            d = self.tuple_dims.get(a.name)
+            if d is not None:
+                return d
+            b = self.bound.get(a.name)
+            return None if b is None else self.tree_dims(b)
+        hit = self.tuple_dims.get(id(a))
+        return hit[1] if hit is not None and hit[0] is a else None
 
     def full_dims(self, a):
         d = self.dims_of(a)
