@@ -391,7 +391,7 @@ def test_interchanged_fold_outer_major_sources():
     r = prepare_kernels(kp)
     assert [p.outer for p in r.gen.plans.values()] == [True]
     rng = np.random.default_rng(3)
-    for shape in [(50, 7, 3), (1, 40, 40), (300, 1, 1), (0, 3, 4), (5, 0, 2), (2, 33, 129)]:
+    for shape in [(50, 7, 3), (1, 40, 40), (300, 1, 1), (0, 3, 4), (5, 0, 2), (8, 33, 129)]:
         x = rng.standard_normal(shape)
         got, want = both(kp, [x], runner=r)
         assert_same(got, want, rtol=1e-12, atol=1e-12)
@@ -439,14 +439,14 @@ def test_fold_rows_of_rank3_outer_shapes_use_incremental_indices(monkeypatch):
     r = prepare_kernels(kp)
     assert [p.outer for p in r.gen.plans.values()] == [False]
     rng = np.random.default_rng(4)
-    for shape in [(3, 4, 5, 6), (40, 30, 7, 3), (1, 1, 1, 1), (2, 1, 3, 0), (7, 3, 1, 2)]:
+    for shape in [(3, 4, 5, 6), (40, 30, 7, 12), (1, 1, 1, 1), (2, 1, 3, 0), (7, 3, 1, 2)]:
         x = rng.standard_normal(shape)
         got, want = both(kp, [x], runner=r)
         assert_same(got, want, rtol=1e-13, atol=1e-13)
     assert r.stats()["launches"].get("b_parallel", 0) >= 1
     monkeypatch.setattr(fold, "FOLD_BLOCK_MAX_OPS", 0)
     r = prepare_kernels(kp)
-    for shape in [(3, 4, 5, 6), (40, 30, 7, 3), (2, 1, 3, 0)]:
+    for shape in [(3, 4, 5, 6), (40, 30, 7, 12), (2, 1, 3, 0)]:
         x = rng.standard_normal(shape)
         got, want = both(kp, [x], runner=r)
         assert_same(got, want, rtol=1e-13, atol=1e-13)
@@ -475,7 +475,7 @@ def test_blocked_row_folds_match_the_sequential_fold_exactly(monkeypatch):
         r = prepare_kernels(kp)
         assert [p.blocked for p in r.gen.plans.values()] == [True]
         for shape in [(5, 19, 4), (3, 8, 9), (2, 40, 1 if z is None else 0), (1, 7, 3),
-                      (300, 9, 5)]:
+                      (300, 9, 13)]:
             x = rng.standard_normal(shape)
             got = r([x])
             np.testing.assert_array_equal(got, seq(x, z))

@@ -175,7 +175,7 @@ def _transposing_generate(rank):
 
 @pytest.mark.parametrize("shape, phase", [
     ((3, 9, 1), "s_serial"), ((3, 9, 2), "s_serial"), ((4, 0, 2), None), ((1, 1, 1), "s_serial"),
-    ((700, 5, 2), "s_parallel"), ((40, 30, 5, 2), "s_parallel"),  # a slice is one tile: phase s
+    ((7000, 5, 2), "s_parallel"), ((40, 300, 5, 2), "s_parallel"),  # a slice is one tile: phase s
     ((2, 3, 40, 7), "g_serial"), ((2, 3, 70, 300), "g_parallel")])  # several tiles: phase g
 def test_rank3_and_rank4_generates_in_tiles_match_the_reference(shape, phase):
     """Short rows (a tile per outer index), several tiles both ways, outer multi-indices

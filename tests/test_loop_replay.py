@@ -72,11 +72,42 @@ def test_sizes_read_from_elements_of_the_state():
     prog = A.compile(_read_sizes, backend="cpu")
     for first in (1.0, 1.0, 4.0, 8.0, 2.0):
         _same(prog, _read_sizes, np.array([first, 0.5, 0.25]))
-    # the generate's plan depends on s[0]: planned again at each of its new values
+    # the generate's plan depends on s[0]: planned again at each of its new values ...
     runner = _runner(prog)
     before = runner.stats()["planned_steps"]
-    _same(prog, _read_sizes, np.array([1.0, 3.0, 1.0]))
+    _same(prog, _read_sizes, np.array([0.5, 3.0, 1.0]))
     assert runner.stats()["planned_steps"] - before >= 8
+    # ... and a value seen before replays its plan (``Runner._variant``)
+    before = runner.stats()["planned_steps"]
+    _same(prog, _read_sizes, np.array([0.5, 2.0, 7.0]))
+    assert runner.stats()["planned_steps"] == before
+
+
+def test_plans_of_a_counter_read_on_the_host_are_kept_across_calls():
+    """A matrix-vector product with row ``t`` of ``xs`` (its offset is computed on the
+    host) and a tape read at ``t``: the first call plans those steps at every iteration,
+    a second call with arguments of the same shapes plans nothing; other values of the
+    arguments still give the interpreter's results."""
+    def f(w, xs, h0):
+        def body(st):
+            t, h = st
+            xt = A.slice(xs, (A.the(t), A.All))
+            pre = A.sum(A.zip_with(lambda a, b: a * b, w,
+                                   A.replicate((A.size(h), A.All), xt)))
+            return (A.unit(A.the(t) + 1), A.zip_with(lambda a, b: A.tanh(a + b), h, pre))
+        return A.sum(A.map(lambda v: v * v, A.awhile(
+            lambda st: A.unit(A.the(st[0]) < xs.shape[0]), body, (A.unit(0), h0))[1]))
+    g = A.gradientA(f, wrt=(0, 2))
+    prog = A.compile(g, backend="cpu")
+    rng = np.random.default_rng(5)
+    w, xs, h0 = rng.standard_normal((6, 4)), rng.standard_normal((12, 4)), rng.standard_normal(6)
+    _same(prog, g, w, xs, h0)
+    runner = _runner(prog)
+    first = runner.stats()["planned_steps"]
+    assert first >= 12  # a plan per iteration for the steps reading t
+    _same(prog, g, w * 0.5, xs + 1.0, h0)
+    assert runner.stats()["planned_steps"] == first
+    _same(prog, g, w, rng.standard_normal((7, 4)), h0)  # fewer steps: new shapes
 
 
 def test_fixed_shapes_plan_each_step_once():

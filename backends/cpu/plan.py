@@ -135,6 +135,22 @@ def guards(log: list, inputs: list, env: dict) -> list:
     return [(name, env[name].shape, reads) for name, reads in by_name.items()]
 
 
+def guard_key(guards: list, env: dict):
+    """A hashable summary of what ``guards`` test, read from ``env`` now: the arrays'
+    names and shapes and the values of the one-element arrays read (loop counters), or
+    None if an array is missing.  Plans with equal keys may still differ in the other
+    elements they read: a caller checks ``guards_hold``."""
+    key = []
+    for name, _, reads in guards:
+        v = env.get(name)
+        if v is None:
+            return None
+        key.append((name, v.shape))
+        if reads and not v.shape:
+            key.append(tuple([b[0] for b in v.leaves]))
+    return tuple(key)
+
+
 def guards_hold(guards: list, env: dict) -> bool:
     for name, shape, reads in guards:
         v = env.get(name)

@@ -49,13 +49,15 @@ from accel.backends.numba.kernelgen import ERR_SIZE
 from accel.backends.numba.trees import rebuild
 
 from . import codegen, compilelog
-from .plan import StepCall, calls as launch_calls, entry_point, guards, guards_hold
+from .plan import StepCall, calls as launch_calls, entry_point, guard_key, guards, guards_hold
 from .straight import StraightLine, eligible
 from .transpose import transpose_reads
 from .vectorize import enable_slp
 
 
 _MAX_REPLAYS = 8  # argument shapes whose step plans a runner remembers
+_MAX_VARIANTS = 256  # counter values a step inside a loop keeps plans for (``_variant``)
+_MAX_VARIANTS_PER_KEY = 32  # ... and plans per counter value (differing in other reads)
 _TAKEN = "$taken"  # env key of the call's list of allocated buffers (no variable's name)
 _MEMO = "$memo"  # env key of the call's values of host expressions
 _ERR = "$err"  # env key of the call's ``err`` array (kernels' bounds-check failures)
@@ -353,12 +355,35 @@ class Runner:
                 continue
             sc = plans.get(id(s))
             if sc is None or not guards_hold(sc.guards, env):
-                sc = plans[id(s)] = self._plan(s, env)
+                sc = plans[id(s)] = self._variant(s, sc, env)
             if sc.fast is not None:
                 self._fast(s, sc, env)
             else:
                 self._run(s, sc, env)
                 self._wire(s, sc)
+
+    def _variant(self, s, last, env: dict) -> "StepCall":
+        """The plan of a loop step whose last plan ``last`` (or None) no longer holds: an
+        earlier plan whose guards hold now, else a new one.  A step whose host reads a
+        loop counter (a matrix-vector product with row ``t`` of an array, a tape read at
+        ``t - 1``) is planned afresh at every iteration of the first call and replays its
+        iteration's plan in later calls.  Plans are found by ``guard_key`` (the counters'
+        values, then checked); a step keeps at most ``_MAX_VARIANTS`` keys."""
+        variants = env[_PLANS].setdefault(("variants", id(s)), {})
+        if last is not None:
+            for sc in variants.get(guard_key(last.guards, env), ()):
+                if guards_hold(sc.guards, env):
+                    return sc
+        sc = self._plan(s, env)
+        key = guard_key(sc.guards, env)
+        if key is not None:
+            if len(variants) >= _MAX_VARIANTS:
+                variants.pop(next(iter(variants)))
+            same = variants.setdefault(key, [])
+            if len(same) >= _MAX_VARIANTS_PER_KEY:  # plans differing in other reads
+                del same[0]
+            same.append(sc)
+        return sc
 
     def _step(self, s, env: dict) -> None:
         if isinstance(s, KUse):
