@@ -55,8 +55,8 @@ def kprog(params, steps, result):
 def kernel_asm(runner, name_pattern: str):
     """``(python function, x86 assembly)`` of the generated function of ``runner`` whose
     name matches ``name_pattern`` (e.g. ``k\\d+_b``), compiled again uncached (numba
-    cannot inspect cached code) with emitter.FLAGS, through the same SLP wrapper."""
-    import inspect
+    cannot inspect cached code) with emitter.FLAGS, as the kernels are
+    (``vectorize.as_kernel``), for the types the runner compiled it for."""
     import re
 
     import numba
@@ -65,11 +65,14 @@ def kernel_asm(runner, name_pattern: str):
     (name,) = [n for n in vars(runner.module) if re.fullmatch(name_pattern, n)]
     py = getattr(runner.module, name).py_func
     fn = numba.njit(error_model="numpy", fastmath={"contract"})(py)
-    fn.compile = vectorize._with_slp(fn.compile)
-    arr, i64_t = numba.float64[::1], numba.int64
-    sig = tuple(i64_t if p in ("lo", "hi", "c") else
-                numba.int64[::1] if p in ("shp", "err") else arr
-                for p in inspect.signature(py).parameters)
+    vectorize.as_kernel(fn)
+    sig = dict(runner.compiled_signatures()).get(name)  # the types the runner compiled
+    if sig is None:  # not run yet: float64 arrays
+        import inspect
+        arr, i64_t = numba.float64[::1], numba.int64
+        sig = tuple(i64_t if p in ("lo", "hi", "c") else
+                    numba.int64[::1] if p in ("shp", "err") else arr
+                    for p in inspect.signature(py).parameters)
     fn.compile(sig)
     return py, fn.inspect_asm(sig)
 

@@ -16,7 +16,7 @@ from accel.backends.fused import evaluate
 from accel.backends.cpu import prepare_kernels
 from accel.backends.cpu.transpose import transpose_reads
 from accel.ast import nodes as N
-from accel.ast.types import float64
+from accel.ast.types import float64, int64
 from kernel_builders import P, at, av, dim, ix_lam, kernel_asm, kprog, lam, sh
 
 
@@ -130,6 +130,33 @@ def test_row_blocks_compile_to_packed_vector_instructions():
     # a product summed is one fused multiply-add (FLAGS' ``contract``)
     assert re.search(r"\bvfmadd\d+pd\s", asm), "no FMA in the row blocks"
     assert numba.config.SLP_VECTORIZE == 0
+
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 assembly")
+def test_elementwise_kernels_over_several_arrays_compile_to_vector_instructions():
+    """``o[i] = tanh(w[i] * h[i] + x[t, i])`` with ``t`` read from a one-element array (a
+    loop counter): LLVM vectorizes the element loop only if it may assume that the store
+    to ``o`` changes neither ``t`` nor the other inputs (``noalias``:
+    ``vectorize.as_kernel``).  Without it the serial kernel stayed scalar, 5x slower than
+    the same loop inside a parallel driver (whose body numba compiles with ``noalias``)."""
+    w, h, x, o = av(float64, 1, "w"), av(float64, 1, "h"), av(float64, 2, "x"), \
+        av(float64, 1, "o")
+    t = av(int64, 0, "t")
+    f = ix_lam(1, lambda i: P("tanh", P("add", P("mul", at(w, i), at(h, i)),
+                                        at(x, N.Index(t, N.Tuple(())), i))))
+    kp = kprog((w, h, x, t), [KGenerate((o,), sh(dim(w, 0)), f)], o)
+    runner = prepare_kernels(kp)
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(40), rng.standard_normal(40), rng.standard_normal((5, 40)),
+            np.array(3)]
+    np.testing.assert_allclose(runner(args), np.tanh(args[0] * args[1] + args[2][3]),
+                               rtol=1e-15, atol=1e-15)
+    _, asm = kernel_asm(runner, r"k\d+_g")
+    packed = len(re.findall(r"\bv(?:mul|add|fmadd\d+|div)pd\s[^\n]*%[xyz]mm", asm))
+    scalar = len(re.findall(r"\bv(?:mul|add|fmadd\d+|div)sd\s", asm))
+    # measured: 23 packed (and as many scalar, the loop's remainder); without noalias 0
+    assert packed >= 10, f"element loop not vectorized: {packed} packed, {scalar} scalar"
 
 
 def _outer_prog(fold_first: bool, op: str = "add", seeded: bool = True):

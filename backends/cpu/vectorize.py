@@ -60,11 +60,19 @@ def _noalias(customize):
     return customize_flags
 
 
+def as_kernel(dispatcher) -> None:
+    """Make ``dispatcher`` compile as accel's kernels do: SLP vectorization and
+    ``noalias`` array arguments (idempotent)."""
+    if not getattr(dispatcher.compile, "_accel_slp", False):
+        dispatcher.compile = _with_slp(dispatcher.compile)
+        compiler = dispatcher._compiler
+        compiler._customize_flags = _noalias(compiler._customize_flags)
+
+
 def enable_slp(module) -> None:
-    """Compile every numba function of the generated ``module`` with SLP vectorization
-    and ``noalias`` array arguments."""
+    """Compile every numba function of the generated ``module`` as a kernel
+    (``as_kernel``)."""
     from numba.core.registry import CPUDispatcher
     for d in vars(module).values():
-        if isinstance(d, CPUDispatcher) and not getattr(d.compile, "_accel_slp", False):
-            d.compile = _with_slp(d.compile)
-            d._compiler._customize_flags = _noalias(d._compiler._customize_flags)
+        if isinstance(d, CPUDispatcher):
+            as_kernel(d)
