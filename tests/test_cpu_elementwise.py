@@ -188,3 +188,58 @@ def test_rank3_and_rank4_generates_in_tiles_match_the_reference(shape, phase):
         np.testing.assert_array_equal(g, w)
     if phase is not None:
         assert runner.stats()["launches"].get(phase), runner.stats()["launches"]
+
+
+# -- index-set splitting (``generate.split_point``)
+
+_COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
+
+
+def _branchy(op, flipped, shift):
+    """``o[i] = if i OP size(h) + shift then tanh(w[i] * h[min i (size h - 1)]) else
+    w[i] * 0.5``, the comparison written either way round: a branch on the element
+    index against a size, as reverse mode writes for adjoints over another domain."""
+    w, h, o = av(float64, 1, "w"), av(float64, 1, "h"), av(float64, 1, "o")
+
+    def body(i):
+        e = P("add", dim(h, 0), N.Const(shift, dim(h, 0).type))
+        test = P({"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[op], e, i) if flipped \
+            else P(op, i, e)
+        j = P("min", i, P("sub", dim(h, 0), N.Const(1, dim(h, 0).type)))
+        return N.Cond(test, P("tanh", P("mul", at(w, i), at(h, j))),
+                      P("mul", at(w, i), f64(0.5)))
+    return kprog((w, h), [KGenerate((o,), sh(dim(w, 0)), ix_lam(1, body))], o)
+
+
+@pytest.mark.parametrize("op", ["lt", "le", "gt", "ge"])
+@pytest.mark.parametrize("flipped", [False, True])
+def test_branch_on_the_index_splits_the_element_loop(op, flipped):
+    """The loop is split where the branch changes (the generated source has no branch on
+    the index left), for split points before, inside and after the range, in serial and
+    parallel chunks (chunk bounds inside either part)."""
+    kp = _branchy(op, flipped, -2)
+    r = prepare_kernels(kp)
+    src = r.source()
+    assert re.search(r"range\(lo, m\d+\)", src), src
+    rng = np.random.default_rng(7)
+    for n, m in [(10, 5), (10, 1), (10, 40), (0, 3), (70001, 33333), (70001, 90000)]:
+        w, h = rng.standard_normal(n), rng.standard_normal(m)
+        i = np.arange(n)
+        hj = h[np.minimum(i, m - 1)] if m else np.zeros(n)
+        want = np.where(_COMPARE[op](i, m - 2), np.tanh(w * hj), w * 0.5)
+        got = r([w, h])
+        np.testing.assert_allclose(got, want, rtol=1e-15, atol=1e-15)
+        np.testing.assert_allclose(got, evaluate(kp, [w, h]), rtol=1e-15, atol=1e-15)
+    assert r.stats()["launches"].get("g_parallel", 0) >= 1
+
+
+def test_a_branch_on_an_element_is_not_split():
+    """``i < x[0]`` reads an element: evaluated before the loop, it could read what the
+    branch guards (here: nothing when the loop is empty), so the loop is not split."""
+    x, o = av(float64, 1, "x"), av(float64, 1, "o")
+    f = ix_lam(1, lambda i: N.Cond(P("lt", P("to_float64", i), at(x, 0)), at(x, i), f64(0.0)))
+    kp = kprog((x,), [KGenerate((o,), sh(dim(x, 0)), f)], o)
+    r = prepare_kernels(kp)
+    assert not re.search(r"range\(lo, m\d+\)", r.source())
+    x = np.array([2.5, 1.0, 7.0, 3.0])
+    np.testing.assert_array_equal(r([x]), np.where(np.arange(4) < 2.5, x, 0.0))
