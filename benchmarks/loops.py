@@ -103,7 +103,7 @@ def main():
         for (name, f, wrt, args), jx in zip(cases, jaxes):
             p = A.compile(f, backend=opts.backend)
             g = A.compile(A.gradientA(f, wrt=wrt), backend=opts.backend)
-            tp, tg = best(p, *args, repeat=3), best(g, *args, repeat=3)
+            tp, tg = best(p, *args, repeat=10), best(g, *args, repeat=10)
             line = f"{name:8} {T:>4} {tp * 1e3:10.1f} {tg * 1e3:9.1f} {tg / tp:6.1f}"
             if jx is not None:
                 _, jp, jg = jx
@@ -113,7 +113,7 @@ def main():
 
                 def jg_(*xs):
                     return [v.block_until_ready() for v in jg(*xs)]
-                jtp, jtg = best(jp_, *args, repeat=3), best(jg_, *args, repeat=3)
+                jtp, jtg = best(jp_, *args, repeat=10), best(jg_, *args, repeat=10)
                 line += f" {jtp * 1e3:10.1f} {jtg * 1e3:9.1f} {jtg / jtp:9.1f}"
             print(line, flush=True)
 
