@@ -20,7 +20,7 @@ leaves loops with calls or many arrays scalar: an element-wise ``tanh`` kernel o
 same loop inside a parallel driver: 13 us on one thread).
 
 Numba reads ``config.SLP_VECTORIZE`` when it builds the pass pipeline of a compilation,
-and ``noalias`` from the flags its dispatcher makes for one, so :func:`enable_slp`
+and ``noalias`` from the flags its dispatcher makes for one, so :func:`as_kernel`
 wraps each generated dispatcher's ``compile`` (which numba also calls for implicit
 compilations and when typing a call from a parallel driver) and flag maker, for that
 compilation only, under numba's global compiler lock: other numba code in the process
@@ -69,7 +69,7 @@ def as_kernel(dispatcher) -> None:
         compiler._customize_flags = _noalias(compiler._customize_flags)
 
 
-def enable_slp(module) -> None:
+def compile_as_kernels(module) -> None:
     """Compile every numba function of the generated ``module`` as a kernel
     (``as_kernel``)."""
     from numba.core.registry import CPUDispatcher
