@@ -107,8 +107,8 @@ class Local(ShapeFacts):
         never change: the greatest set of the initial state's dimensions that every
         iteration keeps, found by assuming them all and dropping those the body does not
         return until the assumption holds.  Reverse mode's loops carry adjoints and tapes
-        whose shapes are the primal's; knowing it, their bodies' bounds tests and
-        ``min`` of equal sizes fold away and equal-shape steps share one kernel."""
+        whose shapes are the primal's; knowing it, their bodies' bounds tests against
+        the primal's sizes and ``min`` of equal sizes fold away."""
         init = self.go(n.init)
         assumed = self.tree_dims(init)
         while True:

@@ -5,8 +5,8 @@ Phase ``g``: rank 0 and 1 loop over elements; rank >= 2 over tiles of the last t
 dimensions.  Rank >= 3 also has phase ``s`` (whole slices of the last two dimensions),
 which the host launches instead when a slice is one tile.
 
-Index-set splitting (rank 1): a branch on ``i < e`` (or ``<=``, ``>``, ``>=``), ``e``
-free of the element, splits the element loop at ``e`` into two loops, each with the
+Index-set splitting (rank 1): a branch on ``i < e`` (or ``<=``, ``>``, ``>=``), ``e`` a
+term of array sizes, splits the element loop at ``e`` into two loops, each with the
 branch decided (:func:`split_point`).  Reverse mode writes such branches wherever an
 adjoint covers a domain other than its primal's (``W[i] * h[i]`` with ``W`` and ``h``
 of unrelated lengths: ``W``'s adjoint is ``if i < size h then ... else 0``); decided,
