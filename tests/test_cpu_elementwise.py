@@ -190,7 +190,7 @@ def test_rank3_and_rank4_generates_in_tiles_match_the_reference(shape, phase):
         assert runner.stats()["launches"].get(phase), runner.stats()["launches"]
 
 
-# -- index-set splitting (``generate.split_point``)
+# -- index-set splitting (``branches.index_branch``)
 
 _COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
 

@@ -958,6 +958,26 @@ def test_random_programs_unchanged(p, n, vals):
     check(p, args, adjoint_zeros=True)
 
 
+def test_an_index_below_a_min_of_sizes_is_below_each():
+    """``generate (n, min m k) (\\i -> if i.1 < k then .. else 0)``, as the gradient of
+    a ``generate`` reading two arrays of unrelated widths has it: the index is below
+    ``min m k``, so the test is true and the branch goes.  ``i.1 < m`` likewise; a test
+    against a smaller bound stays."""
+    def build(bound):
+        def f(x, y):
+            w = A.min(x.shape[1], y.shape[1])
+
+            def elt(ix):
+                return A.cond(ix[1] < bound(x, y), x[ix[0], ix[1]] * y[ix[0], ix[1]], 0.0)
+            return A.generate((x.shape[0], w), elt)
+        return trace(f, V2, V2)
+
+    args = [np.arange(6.0).reshape(2, 3), np.arange(8.0).reshape(2, 4)]
+    for bound in (lambda x, y: y.shape[1], lambda x, y: x.shape[1]):
+        assert count(check(build(bound), args), Cond) == 0
+    assert count(check(build(lambda x, y: x.shape[1] - 1), args), Cond) == 1
+
+
 def test_a_condition_is_known_inside_its_branches():
     """``if c then (if c then a else b) * x else (if c then d else e)``, ``c`` let-bound
     (as reverse AD nests one test in another): inside the branches the inner tests are

@@ -240,17 +240,25 @@ def _index_compare(self: Local, le: bool, x, y):
         return e if c is None else c
     if self.is_index(x):
         hi = self.index_bound(x)
-        if hi is not None and canon(y) == hi:
-            return True  # i.k < dim
+        if hi is not None and _at_most(hi, canon(y)):
+            return True  # i.k < dim, i.k < d when dim = min d e
         if not le and is_zero(y):
             return False  # i.k < 0
     if self.is_index(y):
         hi = self.index_bound(y)
-        if hi is not None and canon(x) == hi:
+        if hi is not None and _at_most(hi, canon(x)):
             return False  # dim < i.k, dim <= i.k
         if le and is_zero(x):
             return True  # 0 <= i.k
     return None
+
+
+def _at_most(dim, e) -> bool:
+    """``dim <= e`` is known: they are equal, or ``dim`` is a ``min`` with an argument
+    that is (a zip's shape is the meet of its arguments': its indices are below each)."""
+    if dim == e:
+        return True
+    return type(dim) is PrimApp and dim.op == "min" and any(_at_most(a, e) for a in dim.args)
 
 
 def _r_cond(self: Local, n: Cond):

@@ -21,6 +21,7 @@ the semantics through floating-point reassociation, so they are fixed numbers.
 
 from __future__ import annotations
 
+from dataclasses import replace
 
 from accel.ast import nodes as N
 from accel.ast.traverse import children
@@ -32,8 +33,10 @@ from accel.backends.numba.trees import flat, rebuild
 from accel.errors import ShapeError
 from accel.fusion.contraction import contraction
 from accel.fusion.kernels import KFold
+from accel.simplify.rounds import tidy
 
 from . import contract
+from .branches import FALSE, TRUE, decide, index_branch
 from .unravel import counted
 from .emitter import (PAR_TASKS_PER_THREAD, KernelGen, chunk_task, count_ops, increment,
                       row_counter, work_bufs)
@@ -270,13 +273,17 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
     accumulators continue from the rows' values in the output."""
     r = g.fresh("r")
     pre, last = ix[:-1], ix[-1]
+    rank = len(dims)
+    branch = index_branch(s.src, range(rank))
+    uniform = _uniform_rows(g, branch, rank)
     g.emit(f"{r} = {first}")
     g.emit(f"while {r} < {end}:")
     g.ind += 1
     planes = plane_blocked(s)
     if planes:  # FOLD_PLANES whole rows of the last dimension at a time, when they are here
         h, d, ip = FOLD_PLANES, dims[-1], ix[-2]
-        g.emit(f"if {last} == 0 and {end} - {r} >= {h} * {d} and {dims[-2]} - {ip} >= {h}:")
+        g.emit(f"if {last} == 0 and {end} - {r} >= {h} * {d} and {dims[-2]} - {ip} >= {h}"
+               f"{uniform(rank - 2, ip, h)}{uniform(rank - 1, '0', d)}:")
         g.ind += 1
         c = g.fresh("c")
         g.emit(f"{c} = 0")
@@ -286,7 +293,7 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
             g.emit("else:" if width == 1 else
                    f"{'if' if width == FOLD_WIDTHS[0] else 'elif'} {d} - {c} >= {width}:")
             g.ind += 1
-            _plane_block(g, s, outs, r, ix, d, c, width, jlo, jhi)
+            _plane_block(g, s, outs, r, ix, d, c, width, jlo, jhi, branch)
             g.emit(f"{c} += {width}")
             g.ind -= 1
         g.ind -= 1
@@ -297,16 +304,17 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
     for width in FOLD_WIDTHS:
         if width == FOLD_WIDTHS[0]:
             g.emit(f"{'elif' if planes else 'if'} {end} - {r} >= {width} and "
-                   f"{dims[-1]} - {last} >= {width}:")
+                   f"{dims[-1]} - {last} >= {width}{uniform(rank - 1, last, width)}:")
         elif width > 1:
-            g.emit(f"elif {end} - {r} >= {width} and {dims[-1]} - {last} >= {width}:")
+            g.emit(f"elif {end} - {r} >= {width} and {dims[-1]} - {last} >= {width}"
+                   f"{uniform(rank - 1, last, width)}:")
         else:
             g.emit("else:")
         g.ind += 1
         # row t's last index is the atom ``(last + t)``: its reads are at a shared
         # offset plus t (``KernelGen.read``), consecutive loads that SLP vectorizes
         _fold_rows(g, s, outs, [(f"{r} + {t}", pre + [last if t == 0 else f"({last} + {t})"])
-                                for t in range(width)], jlo, jhi)
+                                for t in range(width)], jlo, jhi, branch)
         g.emit(f"{r} += {width}")
         g.emit(f"{last} += {width}")
         g.ind -= 1
@@ -317,8 +325,28 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
     g.ind -= 2
 
 
+def _uniform_rows(g: KernelGen, branch, rank: int):
+    """For ``index_branch``'s ``branch`` of a fold's source on a row index (or None):
+    ``uniform(k, lo, n)``, an extra condition (``" and ..."``, or ``""``) that the
+    branch goes the same way for every row whose index component ``k`` runs over
+    ``lo .. lo+n-1`` (the others fixed).  The test is monotone in its index, so its
+    ends decide; the size term is evaluated here, once."""
+    if branch is None:
+        return lambda k, lo, n: ""
+    _, op, e, bk = branch
+    v = g.fresh("e")
+    g.emit(f"{v} = {flat(g.exp(e))[0]}")
+    py = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[op]
+
+    def uniform(k, lo, n):
+        if k != bk or n == 1:
+            return ""
+        return f" and (({lo}) {py} {v}) == (({lo}) + {n} - 1 {py} {v})"
+    return uniform
+
+
 def _plane_block(g: KernelGen, s: KFold, outs: list, r: str, ix: list, d: str, c: str,
-                 width: int, jlo: str | None, jhi: str) -> None:
+                 width: int, jlo: str | None, jhi: str, branch) -> None:
     """Fold the ``FOLD_PLANES x width`` rows ``(.., ix[-2] + u, c + t)`` (``r``: the
     position of row ``(.., ix[-2], 0)``) together (``_fold_rows``), as
     ``_row_blocks`` does for one row of blocks.  A read that does not depend on
@@ -336,15 +364,29 @@ def _plane_block(g: KernelGen, s: KFold, outs: list, r: str, ix: list, d: str, c
         plane = ip if u == 0 else f"({ip} + {u})"
         rows += [(f"{p} + {t}", pre + [plane, c if t == 0 else f"({c} + {t})"])
                  for t in range(width)]
-    _fold_rows(g, s, outs, rows, jlo, jhi)
+    _fold_rows(g, s, outs, rows, jlo, jhi, branch)
 
 
 def _fold_rows(g: KernelGen, s: KFold, outs: list, rows: list, jlo: str | None,
-               jhi: str) -> None:
+               jhi: str, branch=None) -> None:
     """Fold the block ``rows`` ((output position, multi-index atoms) per row) over ``j``
     in ``jlo .. jhi-1`` with their accumulators in variables, one loop over ``j`` for
     all of them.  ``jlo`` None: from the seed (or element 0); else from the rows'
-    values in the output."""
+    values in the output.  ``branch`` (``index_branch`` on a row index, going the same
+    way for all the rows): the block is folded with it decided, as its first row's
+    test says."""
+    if branch is not None:
+        test = branch[0]
+        p = s.src.params
+        g.emit(f"if {flat(g.apply(N.Lam(p, test), (tuple(rows[0][1] + ['0']),)))[0]}:")
+        for value in (TRUE, FALSE):
+            g.ind += 1
+            decided = replace(s, src=tidy(decide(s.src, test, value)))
+            _fold_rows(g, decided, outs, rows, jlo, jhi)
+            g.ind -= 1
+            if value is TRUE:
+                g.emit("else:")
+        return
     elt = s.out.type.elt
     ts = leaves(elt)
     accs = [[g.fresh("acc") for _ in ts] for _ in rows]

@@ -7,7 +7,7 @@ which the host launches instead when a slice is one tile.
 
 Index-set splitting (rank 1): a branch on ``i < e`` (or ``<=``, ``>``, ``>=``), ``e`` a
 term of array sizes, splits the element loop at ``e`` into two loops, each with the
-branch decided (:func:`split_point`).  Reverse mode writes such branches wherever an
+branch decided (``branches.index_branch``).  Reverse mode writes such branches wherever an
 adjoint covers a domain other than its primal's (``W[i] * h[i]`` with ``W`` and ``h``
 of unrelated lengths: ``W``'s adjoint is ``if i < size h then ... else 0``); decided,
 they leave a loop LLVM vectorizes.  Measured on the RNN of ``benchmarks/loops.py``:
@@ -17,13 +17,12 @@ its reverse step's ``W`` adjoint (10^4 elements, a ``tanh`` each) 68 us -> 17 us
 from __future__ import annotations
 
 from accel.ast import nodes as N
-from accel.ast.traverse import children, free_vars, map_children
-from accel.ast.types import bool_
 from accel.backends.numba.host import shape_of, size_of
 from accel.backends.numba.kernelgen import out_names
 from accel.fusion.kernels import KGenerate
 from accel.simplify.rounds import tidy
 
+from .branches import BELOW, FALSE, SHIFT, TRUE, decide, index_branch
 from .emitter import KernelGen, advance_row, row_counter
 from .plan import Launch, dtypes
 
@@ -31,10 +30,6 @@ TILE_ROWS = 32  # tiles of rank >= 2 generates (last two dimensions)
 TILE_COLS = 256
 SPLIT_DEPTH = 2  # nested splits of one loop: at most 2**SPLIT_DEPTH copies of its body
 
-#: ``i < e`` is True below the split point ``e + _SHIFT[op]`` when ``_BELOW[op]``.
-_FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
-_SHIFT = {"lt": 0, "le": 1, "gt": 1, "ge": 0}
-_BELOW = {"lt": True, "le": True, "gt": False, "ge": False}
 
 
 def emit(s: KGenerate, check: bool):
@@ -89,69 +84,23 @@ def emit(s: KGenerate, check: bool):
     return g, {}
 
 
-def split_point(f: N.Lam):
-    """``(test, op, e)`` for the first branch of ``f``'s body on its (rank-1) index
-    compared with a term ``e`` of array sizes (``op`` as if the index were on the
-    left), or None."""
-    (ix,) = f.params
-    outer = free_vars(f)
-    stack = [f.body]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, N.Cond):
-            t = e.c
-            if isinstance(t, N.PrimApp) and t.op in _FLIP:
-                for side, op in ((0, t.op), (1, _FLIP[t.op])):
-                    a, b = t.args[side], t.args[1 - side]
-                    if (isinstance(a, N.Prj) and isinstance(a.tup, N.Var)
-                            and a.tup.name == ix.name and free_vars(b) <= outer
-                            and _sizes_only(b)):
-                        return t, op, b
-            stack.extend((e.e, e.t, e.c))
-        elif not isinstance(e, (N.Lam, N.While)):
-            stack.extend(reversed(children(e)))
-    return None
-
-
-def _sizes_only(e) -> bool:
-    """``e`` is arithmetic on constants and array sizes: evaluated before the loop, it
-    reads no element (which the branch might have guarded)."""
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, N.Shape):
-            continue
-        if not isinstance(x, (N.Const, N.PrimApp, N.Prj, N.Tuple)):
-            return False
-        stack.extend(children(x))
-    return True
-
-
-def _decide(e, test, value):
-    """``e`` with every occurrence of the term ``test`` replaced by ``value``."""
-    if e == test:
-        return value
-    return map_children(e, lambda c: _decide(c, test, value))
-
-
 def _split_loop(g: KernelGen, f: N.Lam, lo: str, hi: str, depth: int, body) -> None:
     """``for k in range(lo, hi): body(f, k)``, split at ``split_point(f)`` (see the
     module docstring) into loops with ``f``'s branch decided, ``depth`` times."""
-    sp = split_point(f) if depth else None
+    sp = index_branch(f, (0,)) if depth else None
     if sp is None:
         k = g.fresh("k")
         g.loop(k, f"range({lo}, {hi})")
         body(f, k)
         g.ind -= 1
         return
-    test, op, e = sp
+    test, op, e, _ = sp
     v = g.exp(e)
     mid = g.fresh("m")
-    g.emit(f"{mid} = min(max({v} + {_SHIFT[op]}, {lo}), {hi})")
-    below = N.Const(_BELOW[op], bool_)
-    above = N.Const(not _BELOW[op], bool_)
-    _split_loop(g, tidy(_decide(f, test, below)), lo, mid, depth - 1, body)
-    _split_loop(g, tidy(_decide(f, test, above)), mid, hi, depth - 1, body)
+    g.emit(f"{mid} = min(max({v} + {SHIFT[op]}, {lo}), {hi})")
+    below, above = (TRUE, FALSE) if BELOW[op] else (FALSE, TRUE)
+    _split_loop(g, tidy(decide(f, test, below)), lo, mid, depth - 1, body)
+    _split_loop(g, tidy(decide(f, test, above)), mid, hi, depth - 1, body)
 
 
 def slices(g: KernelGen, dims: list, body) -> None:
