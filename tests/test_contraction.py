@@ -9,6 +9,10 @@ float32, and fall back to the fold's other phases where the arrays do not span t
 fold's domain.
 """
 
+import inspect
+import platform
+import re
+
 import numpy as np
 import pytest
 
@@ -481,3 +485,23 @@ def test_attention_gradient_keeps_no_array_over_the_whole_domain():
     assert max(ranks) <= 2
     folds = [s for s in kp.body.steps if isinstance(s, KFold)]
     assert sum(contraction(s) is not None for s in folds) == 6
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 assembly")
+def test_transposed_matrix_vector_product_compiles_to_vector_instructions(blas_always):
+    """``X^T r`` (the least-squares gradient) is a loop of ``axpy`` over X's rows
+    (``contract._axpy_rows``); with its positions written as non-negative (``at``),
+    numba drops the negative-index wraparound and LLVM vectorizes it: 0.69 -> 0.14 ms
+    for X of 2000 x 500."""
+    from accel.backends.cpu import prepare_kernels
+    from kernel_builders import kernel_asm
+    x, w, y = RNG.standard_normal((40, 24)), RNG.standard_normal(24), RNG.standard_normal(40)
+    g = A.gradientA(linalg.lstsq_generate, wrt=1)
+    sig = tuple(arg_type(a, i) for i, a in enumerate((x, w, y)))
+    runner = prepare_kernels(fuse(optimise(trace_program(g, sig))))
+    np.testing.assert_allclose(runner([x, w, y]), x.T @ (x @ w - y), rtol=1e-12)
+    (name,) = [n for n in vars(runner.module) if re.fullmatch(r"k\d+_mm", n)
+               and "for kk" in inspect.getsource(getattr(runner.module, n).py_func)]
+    _, asm = kernel_asm(runner, name)
+    packed = len(re.findall(r"\bv(?:mul|add|fmadd\d+)pd\s[^\n]*%[yz]mm", asm))
+    assert packed >= 2, f"axpy not vectorized: {packed} packed"

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from accel.ast import nodes as N
 from accel.ast.types import int64
+from accel.backends.numba.kernelgen import at
 from accel.backends.numba.trees import flat
 from accel.fusion.contraction import Contraction, product
 from accel.fusion.kernels import KFold
@@ -127,14 +128,15 @@ def _axpy_rows(g: KernelGen, c: Contraction, rank: int, p: int, x: str, xb: str,
     a whole batch per task, instead of copying X's columns for BLAS (a whole copy of X
     per call: the least-squares gradient took 2 ms against 0.5 ms; in slices of a few
     dozen columns per task, 1.6 ms against 0.16 ms for one pass over X)."""
-    kk, rr, yk, ob = g.fresh("kk"), g.fresh("rr"), g.fresh("yk"), g.fresh("ob")
+    kk, rr, yk, ob, xk = (g.fresh(v) for v in ("kk", "rr", "yk", "ob", "xk"))
     g.emit(f"{ob} = {bt} * {P}")
     g.emit(f"for {rr} in range({r0}, {r1}):")
-    g.emit(f"    {o}[{ob} + {rr}] = 0")
+    g.emit(f"    {at(o, f'{ob} + {rr}')} = 0")
     g.emit(f"for {kk} in range({K}):")
-    g.emit(f"    {yk} = {y}[{yb} + {kk}]")
+    g.emit(f"    {yk} = {at(y, f'{yb} + {kk}')}")
+    g.emit(f"    {xk} = {xb} + {kk} * {P}")
     g.emit(f"    for {rr} in range({r0}, {r1}):")
-    g.emit(f"        {o}[{ob} + {rr}] += {yk} * {x}[{xb} + {kk} * {P} + {rr}]")
+    g.emit(f"        {at(o, f'{ob} + {rr}')} += {yk} * {at(x, f'{xk} + {rr}')}")
     if scale is not None or c.post:
         out = g.fresh("O")
         g.emit(f"{out} = {o}[{ob} + {r0}:{ob} + {r1}].reshape(({r1} - {r0}, 1))")
@@ -159,13 +161,13 @@ def _post(g: KernelGen, c: Contraction, rank: int, p: int, q, bt: str, r0: str, 
         g.emit(f"for {rr} in range({r0}, {r1}):")
         g.emit(f"    for {cc} in range({Q}):")
         g.ind += 2
-        at = ["0"] * (rank + 1)  # the folded component is not read
-        at[p] = rr
+        ix = ["0"] * (rank + 1)  # the folded component is not read
+        ix[p] = rr
         if q is not None:
-            at[q] = cc
+            ix[q] = cc
         if c.batch is not None:
-            at[c.batch] = bt
-        v = flat(g.apply(N.Lam((c.index,), product(c.post)), (tuple(at),)))[0]
+            ix[c.batch] = bt
+        v = flat(g.apply(N.Lam((c.index,), product(c.post)), (tuple(ix),)))[0]
         g.emit(f"{out}[{rr} - {r0}, {cc}] *= {v}")
         g.ind -= 2
 
@@ -214,13 +216,13 @@ def _emit_strided(g: KernelGen, c: Contraction, outs: list, dims: list, n: str, 
     g.emit(f"for {kk} in range({K}):")
     g.emit(f"    {base} = {y0} + {bt} * {yst[c.batch]} + {kk} * {yst[rank]}")
     g.emit(f"    for {cc} in range({Q}):")
-    g.emit(f"        {Y}[{kk}, {cc}] = {y}[{base}{yq}]")
+    g.emit(f"        {Y}[{kk}, {cc}] = {at(y, base + yq)}")
     g.ind -= 1
     g.emit(f"{X} = np.empty(({r1} - {r0}, {K}), dtype={dt})")
     g.emit(f"for {rr} in range({r0}, {r1}):")
     g.emit(f"    {base} = {x0} + {bt} * {xst[c.batch]} + {rr} * {xst[p]}")
     g.emit(f"    for {kk} in range({K}):")
-    g.emit(f"        {X}[{rr} - {r0}, {kk}] = {x}[{base} + {kk} * {xst[rank]}]")
+    g.emit(f"        {X}[{rr} - {r0}, {kk}] = {at(x, f'{base} + {kk} * {xst[rank]}')}")
     g.emit(f"{out} = np.empty(({r1} - {r0}, {Q}), dtype={dt})")
     _multiply(g, c, rank, p, q, X, Y, out, K, scale, bt, r0, r1, Q)
     o = outs[0]
@@ -228,7 +230,7 @@ def _emit_strided(g: KernelGen, c: Contraction, outs: list, dims: list, n: str, 
     g.emit(f"for {rr} in range({r0}, {r1}):")
     g.emit(f"    {base} = {bt} * {ost[c.batch]} + {rr} * {ost[p]}")
     g.emit(f"    for {cc} in range({Q}):")
-    g.emit(f"        {o}[{base}{oq}] = {out}[{rr} - {r0}, {cc}]")
+    g.emit(f"        {at(o, base + oq)} = {out}[{rr} - {r0}, {cc}]")
     g.emit(f"{t} += {r1} - {r0}")
     g.ind -= 1
 

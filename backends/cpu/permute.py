@@ -129,13 +129,13 @@ def emit_projection(s: KPermute, check: bool):
         g.ind -= 1
         g.emit("else:")
         g.ind += 1
-    g.emit(f"priv[{base} + {g.offset(tix, tdims)}] = {k}")
+    g.emit(f"{at('priv', f'{base} + {g.offset(tix, tdims)}')} = {k}")
     g.begin("m")
     k, c, w = g.fresh("k"), g.fresh("c"), g.fresh("w")
     g.loop(k, "range(lo, hi)")
     g.emit(f"{w} = -1")
     g.loop(c, f"range({nch} - 1, -1, -1)")
-    g.emit(f"{w} = priv[{c} * {tn} + {k}]")
+    g.emit(f"{w} = {at('priv', f'{c} * {tn} + {k}')}")
     g.emit(f"if {w} >= 0:")
     g.emit("    break")
     g.ind -= 1
