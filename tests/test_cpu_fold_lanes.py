@@ -3,11 +3,16 @@ products, maxima and minima of long rows (every tail length, with and without an
 initial value, float and int, NaN) match NumPy, and the lanes agree with the one-chain
 loop up to reassociation."""
 
+import re
+
 import numpy as np
 import pytest
 
 import accel as A
 import accel.backends.cpu.fold as fold
+from accel.backends.cpu.codegen import generate
+from accel.fusion.fuse import fuse
+from accel.pipeline import arg_type, optimise, trace_program
 
 RNG = np.random.default_rng(17)
 
@@ -52,3 +57,23 @@ def test_lanes_agree_with_one_chain(monkeypatch):
     for a, b in zip(laned, chain):
         np.testing.assert_allclose(a, b, rtol=1e-12)
     np.testing.assert_array_equal(laned[1], x.max(axis=1))
+
+
+@pytest.mark.parametrize("n", [1024, 1055, 1056, 4099, 100_003])
+def test_buffered_sources_in_lanes(n):
+    """A source calling ``exp``/``log`` is computed into a buffer and folded in lanes
+    (``_fold_buffered_lanes``): every tail after the last whole buffer, sums, maxima and
+    products, rows long enough for the lanes and one row cut into chunks."""
+    def f(a):
+        return (A.sum(A.map(A.exp, a)), A.maximum(A.map(lambda v: A.log(v * v + 1.0), a)),
+                A.fold(lambda p, q: p * q, 1.0, A.map(lambda v: A.exp(v / n), a)))
+    x = RNG.standard_normal((2, n))
+    got = A.compile(f)(x)
+    np.testing.assert_allclose(got[0], np.exp(x).sum(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(got[1], np.log(x * x + 1.0).max(axis=1), rtol=1e-15)  # (log: 1 ulp)
+    np.testing.assert_allclose(got[2], np.exp(x / n).prod(axis=1), rtol=1e-12)
+    one = A.compile(lambda a: A.sum(A.map(A.exp, a)))(x[0])
+    np.testing.assert_allclose(one, np.exp(x[0]).sum(), rtol=1e-12)
+    sig = (arg_type(x, 0),)
+    src = generate(fuse(optimise(trace_program(f, sig))).body, False).source
+    assert re.search(r"ln\d+ = buf\d+\[", src)  # lanes start from a buffer

@@ -93,7 +93,16 @@ def emit(s: KFold, check: bool):
     g.emit(f"{st} = {lo} + 1")
     if s.z is not None:
         g.ind -= 1
-    if buffered:  # (in lanes it measured slower: the source's math is the cost)
+    if buffered and _laned(s, len(dims)):
+        g.emit(f"if {hi} - {st} >= {FOLD_LANE_MIN}:")
+        g.ind += 1
+        _fold_buffered_lanes(g, s, acc, ix, st, hi, buf)
+        g.ind -= 1
+        g.emit("else:")
+        g.ind += 1
+        _fold_buffered(g, s, acc, ix, st, hi, buf)
+        g.ind -= 1
+    elif buffered:
         _fold_buffered(g, s, acc, ix, st, hi, buf)
     else:
         def step(src, j):
@@ -170,6 +179,48 @@ def _fold_buffered(g: KernelGen, s: KFold, acc: list, ix: list, st: str, hi: str
     g.loop(j, f"range({jb}, {je})")
     g.update(acc, ts, g.apply(s.f, (acc[0], at(buf, f"{j} - {jb}"))))
     g.ind -= 2
+
+
+def _fold_buffered_lanes(g: KernelGen, s: KFold, acc: list, ix: list, st: str, hi: str,
+                         buf: str) -> None:
+    """``_fold_buffered`` for a long chunk of a fold that may run in lanes (``_laned``):
+    each whole buffer of ``FOLD_SRC_BUF`` source elements is folded into
+    ``FOLD_LANES`` lanes (lane ``t`` takes the buffer's elements ``t``, ``t + L``, ..;
+    the first buffer starts them), the lanes are combined pairwise into ``acc``, and
+    the elements after the last whole buffer follow in order.  Buffered in one chain,
+    the sum of 10^6 ``exp`` waited an add's latency per element: 1.13 ms on two
+    threads, against 0.74 ms for a generate computing the same ``exp`` and storing it.
+    The order is fixed by the chunk's bounds alone."""
+    ts = leaves(s.out.type.elt)
+    L, B = FOLD_LANES, FOLD_SRC_BUF
+    lanes = [[g.fresh("ln")] for _ in range(L)]
+    e, jb, j, u, u0 = (g.fresh(x) for x in ("e", "jb", "j", "u", "u"))
+    g.emit(f"{e} = {st} + (({hi} - {st}) // {B}) * {B}")
+    g.loop(jb, f"range({st}, {e}, {B})")
+    g.loop(j, f"range({jb}, {jb} + {B})")
+    x = g.apply(s.src, (tuple(ix + [j]),))
+    g.emit(f"{at(buf, f'{j} - {jb}')} = {x}")
+    g.ind -= 1
+    g.emit(f"if {jb} == {st}:")
+    g.ind += 1
+    for t, ln in enumerate(lanes):
+        g.set_vars(ln, ts, (at(buf, str(t)),))
+    g.emit(f"{u0} = {L}")
+    g.ind -= 1
+    g.emit("else:")
+    g.emit(f"    {u0} = 0")
+    g.loop(u, f"range({u0}, {B}, {L})")
+    for t, ln in enumerate(lanes):
+        g.update(ln, ts, g.apply(s.f, (ln[0], at(buf, f"{u} + {t}" if t else u))))
+    g.ind -= 2
+    while len(lanes) > 1:  # pairwise: (l0 . l1) . (l2 . l3)
+        nxt = []
+        for a, b in zip(lanes[::2], lanes[1::2]):
+            g.update(a, ts, g.apply(s.f, (a[0], b[0])))
+            nxt.append(a)
+        lanes = nxt
+    g.update(acc, ts, g.apply(s.f, (acc[0], lanes[0][0])))
+    _fold_buffered(g, s, acc, ix, e, hi, buf)
 
 
 def _laned(s: KFold, rank: int) -> bool:
