@@ -28,3 +28,15 @@ os.environ["ACCEL_PROGRAM_CACHE"] = "0"
 
 if not _has_nvidia_gpu():
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+
+import pytest  # noqa: E402  (after the environment above, as the module says)
+
+
+@pytest.fixture
+def small_parallel(monkeypatch):
+    """The cpu backend launches phases in parallel from 4096 units of work rather than
+    ``emitter.PAR_MIN_WORK`` (tuned for speed, large), so that tests of the parallel
+    drivers reach them with small, fast inputs."""
+    from accel.backends.cpu import plan
+    monkeypatch.setattr(plan, "PAR_MIN_WORK", 4096)

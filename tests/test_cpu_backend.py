@@ -381,7 +381,7 @@ def _outer_fold_prog(rank, f, z, elt):
     return kprog((a,), [KFold(o, outer, dim(a, 0), f, z, src)], o)
 
 
-def test_interchanged_fold_outer_major_sources():
+def test_interchanged_fold_outer_major_sources(small_parallel):
     """Folds whose source reads the folded index as the first array index run with their
     loops interchanged (tiles of rows, phase ``o``): still each row's elements combined
     in order, so non-commutative folds (2x2 matrix products) are exact, with and without
@@ -411,7 +411,7 @@ def test_interchanged_fold_outer_major_sources():
                 assert tuple(int(g[col]) for g in got) == seq[-1]
 
 
-def test_interchanged_fold_of_few_long_rows_is_chunked_exactly(small_chunks):
+def test_interchanged_fold_of_few_long_rows_is_chunked_exactly(small_chunks, small_parallel):
     """Few long rows of an outer-major fold (AD's sums over all points into a small
     array) fold in chunks of elements (phase ``oc``, every row per task), then each
     row's partials combine in chunk order: 2x2 integer matrix products stay exact."""
@@ -430,7 +430,7 @@ def test_interchanged_fold_of_few_long_rows_is_chunked_exactly(small_chunks):
         assert launches.get("oc_parallel", 0) >= 1 and launches["combc"] == 4
 
 
-def test_fold_rows_of_rank3_outer_shapes_use_incremental_indices(monkeypatch):
+def test_fold_rows_of_rank3_outer_shapes_use_incremental_indices(monkeypatch, small_parallel):
     """Row folds over rank-3 outer shapes (row indices advanced with carries, not
     divisions): every row lands in its place, in parallel chunks and serially, row by
     row (phase ``f``) and in blocks of rows (phase ``b``)."""
@@ -453,7 +453,7 @@ def test_fold_rows_of_rank3_outer_shapes_use_incremental_indices(monkeypatch):
     assert r.stats()["launches"].get("f_parallel", 0) >= 1
 
 
-def test_blocked_row_folds_match_the_sequential_fold_exactly(monkeypatch):
+def test_blocked_row_folds_match_the_sequential_fold_exactly(monkeypatch, small_parallel):
     """Rows folded in blocks (phase ``b``) each still combine their elements in order:
     a non-associative combination gives bit for bit the sequential
     result, for rows in blocks, in leftovers at segment and task ends, with and without
@@ -521,7 +521,7 @@ def _scan_prog(rank, f, z, left, elt):
 
 
 @pytest.mark.parametrize("left", [True, False])
-def test_scans_long_1d_chunked_non_commutative(left, small_chunks):
+def test_scans_long_1d_chunked_non_commutative(left, small_chunks, small_parallel):
     """Single-row scans of 2x2 integer matrix products, chunked in three phases from
     n >= 100 here: exact equality with the sequential scan."""
     zv = (2, 1, 1, 1)

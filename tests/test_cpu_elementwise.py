@@ -177,7 +177,7 @@ def _transposing_generate(rank):
     ((3, 9, 1), "s_serial"), ((3, 9, 2), "s_serial"), ((4, 0, 2), None), ((1, 1, 1), "s_serial"),
     ((7000, 5, 2), "s_parallel"), ((40, 300, 5, 2), "s_parallel"),  # a slice is one tile: phase s
     ((2, 3, 40, 7), "g_serial"), ((2, 3, 70, 300), "g_parallel")])  # several tiles: phase g
-def test_rank3_and_rank4_generates_in_tiles_match_the_reference(shape, phase):
+def test_rank3_and_rank4_generates_in_tiles_match_the_reference(shape, phase, small_parallel):
     """Short rows (a tile per outer index), several tiles both ways, outer multi-indices
     (rank 4), and parallel chunks starting mid-way through the outer dimensions."""
     kp = _transposing_generate(len(shape))
@@ -213,7 +213,7 @@ def _branchy(op, flipped, shift):
 
 @pytest.mark.parametrize("op", ["lt", "le", "gt", "ge"])
 @pytest.mark.parametrize("flipped", [False, True])
-def test_branch_on_the_index_splits_the_element_loop(op, flipped):
+def test_branch_on_the_index_splits_the_element_loop(op, flipped, small_parallel):
     """The loop is split where the branch changes (the generated source has no branch on
     the index left), for split points before, inside and after the range, in serial and
     parallel chunks (chunk bounds inside either part)."""

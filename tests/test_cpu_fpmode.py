@@ -46,7 +46,7 @@ def test_subnormals_are_exact_by_default(monkeypatch):
     assert "_flush_subnormals_on" not in _source(A.compile(_scale(1e-300)), x)
 
 
-def test_results_and_inputs_flush_in_serial_and_parallel_kernels(flush):
+def test_results_and_inputs_flush_in_serial_and_parallel_kernels(flush, small_parallel):
     big, small = np.full(50_000, 1e-10), np.full(10, 1e-10)
     f = A.compile(_scale(1e-300))
     assert "_flush_subnormals_on" in _source(f, big)

@@ -31,8 +31,12 @@ from .vectorize import MARK
 #: 2-core machine, the time a serial kernel takes for about 30,000 element-operations.
 #: Measured: the RNN of ``benchmarks/loops.py`` (10^4 ``tanh`` per step, 100 steps) ran
 #: its primal in 7.3 ms with 4096 here and 2.7 ms with 32768, its gradient in 29.6 and
-#: 14.2 ms; the corpus's large programs did not change.
-PAR_MIN_WORK = 32768
+#: 14.2 ms; the corpus's large programs did not change.  Raised again to 131072: the
+#: corpus RNN's reverse loop (hidden 128) launched a 128 x 128 adjoint generate in parallel
+#: at every step, 92 us a launch; its gradient went from 27 to 18.6 ms (min of 20, two
+#: processes each), and no corpus program's gradient got slower (min of 2-3 alternating
+#: processes: stencil 3.5 -> 2.6 ms, conv2d 17 -> 14, cumsum 16 -> 13, the others equal).
+PAR_MIN_WORK = 131072
 PAR_TASKS_PER_THREAD = 8  # chunks of tasks per thread in a parallel driver
 
 #: ``contract`` lets LLVM fuse a multiply and an add into one FMA instruction (one rounding
