@@ -187,7 +187,7 @@ def test_sums_of_outer_products_fold_in_plane_blocks(fold_first):
     the fold has no seed; ``max`` folds too."""
     from accel.backends.cpu import fold as fold_step
     rng = np.random.default_rng(7)
-    for op, seeded in (("add", True), ("add", False), ("max", True)):
+    for op, seeded in (("add", False), ("max", True)):  # (seeded sums: the other tests)
         kp = _outer_prog(fold_first, op, seeded)
         (fold,) = kp.body.steps
         assert fold_step.plane_blocked(fold)
