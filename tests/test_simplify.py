@@ -978,6 +978,23 @@ def test_an_index_below_a_min_of_sizes_is_below_each():
     assert count(check(build(lambda x, y: x.shape[1] - 1), args), Cond) == 1
 
 
+def test_a_zip_whose_function_ignores_an_argument_is_a_map():
+    """``zip_with (\\x y -> f y) a b`` over arrays of one shape is ``map f b`` (forward
+    mode unzips pairs so): ``a`` is then no longer read, and a generate feeding it alone
+    is dead.  Arrays of different shapes keep the zip (it cuts ``b`` to the meet)."""
+    def f(x):
+        a = A.map(lambda v: v * 3.0, x)
+        b = A.map(lambda v: v + 1.0, x)
+        return A.zip_with(lambda p, q: q * 2.0, a, b), A.zip_with(lambda p, q: p - 1.0, a, b)
+
+    q = check(trace(f, V1), [np.arange(5.0)])
+    assert count(q, ZipWith) == 0
+
+    def g(x, y):
+        return A.zip_with(lambda p, q: q * 2.0, x, y)
+    assert count(check(trace(g, V1, V1), [np.arange(3.0), np.arange(5.0)]), ZipWith) == 1
+
+
 def test_a_condition_is_known_inside_its_branches():
     """``if c then (if c then a else b) * x else (if c then d else e)``, ``c`` let-bound
     (as reverse AD nests one test in another): inside the branches the inner tests are

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..ast.nodes import (Avar, Backpermute, Cond, Const, Fold, Generate, Index, Lam, Let, Map,
                          Permute, Prj, Replicate, Reshape, Tuple, Var, ZipWith, fresh)
-from ..ast.traverse import freshen, with_fields
+from ..ast.traverse import free_vars, freshen, with_fields
 from ..ast.types import bool_, shape_type
 from .base import const_exp, is_param, trivial
 from .shapes import dims_exp
@@ -65,6 +65,12 @@ def _r_zipwith(self: Local, n: ZipWith):
         return n.b
     if same and const_exp(body):
         return self.generate(sa, body)
+    if same:  # an argument the function ignores: a map of the other (forward mode's
+        # unzips of (primal, tangent) arrays read one side of a zip of both)
+        fv = free_vars(body)
+        for k in (0, 1):
+            if f.params[k].name not in fv:
+                return Map(Lam((f.params[1 - k],), body), n.b if k == 0 else n.a)
     if type(n.a) is Map:  # maps compose into the zip (Map keeps the shape)
         g = n.a.f
         return ZipWith(_compose(f, 0, g, (g.params[0], f.params[1])), n.a.a, n.b)
