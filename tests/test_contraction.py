@@ -505,3 +505,20 @@ def test_transposed_matrix_vector_product_compiles_to_vector_instructions(blas_a
     _, asm = kernel_asm(runner, name)
     packed = len(re.findall(r"\bv(?:mul|add|fmadd\d+)pd\s[^\n]*%[yz]mm", asm))
     assert packed >= 2, f"axpy not vectorized: {packed} packed"
+
+
+def test_strided_batched_matrix_vector_products_compute_every_row(blas_always):
+    """``out[k, d] = sum_n a[n, k, d] * v[n, k]``: a batch (k) inside the operands, whose
+    ``mm`` gathers through strides by (batch, row) tasks, and a matrix laid out (K, P)
+    per batch, whose unstrided ``mm`` would run whole batches: the host must count the
+    strided tasks (it counted batches, leaving rows of the output unwritten; found as
+    NaNs in the corpus GMM's backpermute gradient)."""
+    def f(a, v):
+        n, k, d = a.shape
+        return A.sum(A.generate((k, d, n), lambda ix: a[ix[2], ix[0], ix[1]] * v[ix[2], ix[0]]))
+    a, v = RNG.standard_normal((40, 7, 9)), RNG.standard_normal((40, 7))
+    assert contraction(_folds(f, a, v)[0]) is not None
+    c = A.compile(f)
+    for _ in range(3):  # buffers from the pool hold earlier results: rows must be written
+        np.testing.assert_allclose(c(a, v), np.einsum("nkd,nk->kd", a, v), rtol=1e-12)
+    assert any(k.startswith("mm_") for k in c.stats(a, v)["launches"])

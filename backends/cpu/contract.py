@@ -60,7 +60,7 @@ def emit(g: KernelGen, s: KFold, c: Contraction, outs: list, dims: list, n: str)
     xa, ya = (c.a, c.b) if rows_from == "a" else (c.b, c.a)
     xaxes, yaxes = (c.a_axes, c.b_axes) if rows_from == "a" else (c.b_axes, c.a_axes)
     xfix, yfix = (c.a_fixed, c.b_fixed) if rows_from == "a" else (c.b_fixed, c.a_fixed)
-    if c.batch is not None and not (c.batch == 0 and xaxes[0] == 0 and yaxes[0] == 0):
+    if _strided(c):
         _emit_strided(g, c, outs, dims, n, (xa, xaxes, xfix), (ya, yaxes, yfix), p, q)
         return
     x, y = g.array(xa).leaves[0], g.array(ya).leaves[0]
@@ -145,12 +145,20 @@ def _axpy_rows(g: KernelGen, c: Contraction, rank: int, p: int, x: str, xb: str,
         _post(g, c, rank, p, None, bt, r0, r1, "1", out)
 
 
+def _strided(c: Contraction) -> bool:
+    """Whether ``mm`` gathers its operands through strides (``_emit_strided``): a batch
+    that is not the leading dimension of the output and of both arrays."""
+    return c.batch is not None and not (c.batch == 0 and c.a_axes[0] == 0
+                                        and c.b_axes[0] == 0)
+
+
 def _by_batch(c: Contraction, rank: int) -> bool:
     """Whether ``mm``'s tasks are whole batches: a matrix-vector product whose matrix is
-    laid out (K, P) (``_axpy_rows``); otherwise they are (batch, row) pairs."""
+    laid out (K, P) (``_axpy_rows``); otherwise (and always when strided) they are
+    (batch, row) pairs."""
     p, q, rows_from = roles(c, rank)
     xaxes = c.a_axes if rows_from == "a" else c.b_axes
-    return q is None and [a for a in xaxes if a != c.batch] == [rank, p]
+    return not _strided(c) and q is None and [a for a in xaxes if a != c.batch] == [rank, p]
 
 
 def _post(g: KernelGen, c: Contraction, rank: int, p: int, q, bt: str, r0: str, r1: str,
