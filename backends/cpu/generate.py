@@ -85,7 +85,7 @@ def emit(s: KGenerate, check: bool):
 
 
 def _split_loop(g: KernelGen, f: N.Lam, lo: str, hi: str, depth: int, body) -> None:
-    """``for k in range(lo, hi): body(f, k)``, split at ``split_point(f)`` (see the
+    """``for k in range(lo, hi): body(f, k)``, split at ``index_branch(f, (0,))`` (see the
     module docstring) into loops with ``f``'s branch decided, ``depth`` times."""
     sp = index_branch(f, (0,)) if depth else None
     if sp is None:
