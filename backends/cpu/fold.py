@@ -213,14 +213,19 @@ def _fold_buffered_lanes(g: KernelGen, s: KFold, acc: list, ix: list, st: str, h
     for t, ln in enumerate(lanes):
         g.update(ln, ts, g.apply(s.f, (ln[0], at(buf, f"{u} + {t}" if t else u))))
     g.ind -= 2
-    while len(lanes) > 1:  # pairwise: (l0 . l1) . (l2 . l3)
+    _combine_lanes(g, s, acc, ts, lanes)
+    _fold_buffered(g, s, acc, ix, e, hi, buf)
+
+
+def _combine_lanes(g: KernelGen, s: KFold, acc: list, ts: list, lanes: list) -> None:
+    """Combine the lanes pairwise, ``(l0 . l1) . (l2 . l3)``, then into ``acc``."""
+    while len(lanes) > 1:
         nxt = []
         for a, b in zip(lanes[::2], lanes[1::2]):
             g.update(a, ts, g.apply(s.f, (a[0], b[0])))
             nxt.append(a)
         lanes = nxt
     g.update(acc, ts, g.apply(s.f, (acc[0], lanes[0][0])))
-    _fold_buffered(g, s, acc, ix, e, hi, buf)
 
 
 def _laned(s: KFold, rank: int) -> bool:
@@ -250,13 +255,7 @@ def _fold_lanes(g: KernelGen, s: KFold, acc: list, ts: list, ix: list, st: str,
         x = g.apply(s.src, (tuple(ix + [f"({j} + {t})" if t else j]),))
         g.update(ln, ts, g.apply(s.f, (ln[0], x)))
     g.ind -= 1
-    while len(lanes) > 1:  # pairwise: (l0 . l1) . (l2 . l3)
-        nxt = []
-        for a, b in zip(lanes[::2], lanes[1::2]):
-            g.update(a, ts, g.apply(s.f, (a[0], b[0])))
-            nxt.append(a)
-        lanes = nxt
-    g.update(acc, ts, g.apply(s.f, (acc[0], lanes[0][0])))
+    _combine_lanes(g, s, acc, ts, lanes)
     g.loop(j, f"range({e}, {hi})")
     g.update(acc, ts, g.apply(s.f, (acc[0], g.apply(s.src, (tuple(ix + [j]),)))))
     g.ind -= 1
