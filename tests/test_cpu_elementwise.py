@@ -243,3 +243,47 @@ def test_a_branch_on_an_element_is_not_split():
     assert not re.search(r"range\(lo, m\d+\)", r.source())
     x = np.array([2.5, 1.0, 7.0, 3.0])
     np.testing.assert_array_equal(r([x]), np.where(np.arange(4) < 2.5, x, 0.0))
+
+
+def _tape_bounded(nested: bool):
+    """``o[r, c] = let b = n[t[0] - 1] in if (r < size w.0) & (c < min (size w.1) b) then
+    tanh w[r, c] else -1``: a branch on the column against an element read at a position
+    that does not depend on the index, through a ``let`` (as reverse mode reads a loop
+    state's shape back from its tape at step ``t - 1``); ``nested``: the branch sits in
+    another branch, whose test is made only for some indices."""
+    w, n, t = av(float64, 2, "w"), av(N.int64, 1, "n"), av(N.int64, 1, "t")
+    o = av(float64, 2, "o")
+
+    def body(r, c):
+        b = N.Var(N.fresh("b"), N.int64)
+        test = P("and", P("lt", r, dim(w, 0)), P("lt", c, P("min", dim(w, 1), b)))
+        inner = N.Cond(test, P("tanh", at(w, r, c)), f64(-1.0))
+        if nested:
+            inner = N.Cond(P("gt", r, N.Const(2, N.int64)), inner, f64(2.0))
+        return N.Let(b, N.Index(n, sh(P("sub", at(t, 0), N.Const(1, N.int64)))), inner)
+    return kprog((w, n, t), [KGenerate((o,), N.Shape(w), ix_lam(2, body))], o)
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_column_branch_on_an_invariant_element_read_splits_the_column_loop(nested):
+    """Tiles of a rank-2 generate split their column loop at such a bound (an always-made
+    test only: inside another branch it is not split), for bounds before, inside and
+    after the columns and across tiles (300 columns: two tiles of 256), with the element
+    read only when there are elements (an empty ``w`` with empty ``n``, bounds checked)."""
+    kp = _tape_bounded(nested)
+    r = prepare_kernels(kp, check_bounds=True)
+    split = re.search(r"range\(\w+, m\d+\)", r.source())
+    assert (split is None) == nested, r.source()
+    rng = np.random.default_rng(3)
+    for (rows, cols), bound in [((5, 7), 3), ((5, 7), 0), ((5, 7), 9), ((40, 300), 260),
+                                ((40, 300), 100), ((1, 1), 1)]:
+        w = rng.standard_normal((rows, cols))
+        n, t = np.array([bound + 5, bound]), np.array([2])
+        c = np.arange(cols)
+        want = np.where(c[None, :] < min(cols, bound), np.tanh(w), -1.0)
+        if nested:
+            want[:3] = 2.0
+        got = r([w, n, t])
+        np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
+        np.testing.assert_allclose(got, evaluate(kp, [w, n, t]), rtol=1e-15, atol=0)
+    assert r([np.zeros((0, 0)), np.zeros(0, dtype=np.int64), np.array([7])]).shape == (0, 0)

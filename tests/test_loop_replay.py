@@ -274,6 +274,81 @@ def test_rnn_gradient_counts_without_the_hidden_state():
     assert all(p.type.rank == 0 for p in counting.params)
 
 
+def test_counting_a_state_that_changes_shape_carries_its_dimensions_only():
+    """The counting loop of a state whose shape may change sums the states' sizes: it
+    carries the state's dimensions (rank-0 arrays), never its elements."""
+    def f(x):
+        return A.sum(A.map(lambda v: v * v, _shrinking(x)))
+    g = A.gradientA(f)
+    prog = A.compile(g, backend="cpu")
+    for n in (6, 9, 2):
+        _same(prog, g, np.linspace(0.2, 0.9, n))
+    counting = next(_loops(_runner(prog).kp.body))
+    assert all(p.type.rank == 0 for p in counting.params), counting.params
+
+
+def test_counting_a_matrix_rnn_whose_length_is_a_min_of_sizes():
+    """``h <- tanh (W h + x_t)``: the next state's length is ``min`` of ``W``'s and
+    ``h0``'s, not provably ``h``'s own, so reverse mode counts sizes; the count runs
+    without the matrix-vector product (its shape term reads only sizes)."""
+    T, m = 5, 7
+
+    def loss(W, h0, xs):
+        def body(st):
+            t, h = st
+            wh = A.sum(A.zip_with(lambda a, b: a * b, W, A.replicate((m, A.All), h)))
+            xt = A.slice(xs, (A.the(t), A.All))
+            return (A.unit(A.the(t) + 1), A.zip_with(lambda a, b: A.tanh(a + b), wh, xt))
+        h = A.awhile(lambda st: A.unit(A.the(st[0]) < T), body, (A.unit(0), h0))[1]
+        return A.sum(A.map(lambda v: v * v, h))
+    rng = np.random.default_rng(4)
+    args = (rng.normal(size=(m, m)) / 3, rng.normal(size=m), rng.normal(size=(T, m)))
+    g = A.gradientA(loss, wrt=(0, 1))
+    for backend in ("fused", "cpu"):
+        got = A.run(g, *args, backend=backend)
+        want = A.run(g, *args, backend="interpreter")
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    prog = A.compile(g, backend="cpu")
+    prog(*args)
+    counting = next(_loops(_runner(prog).kp.body))
+    assert all(p.type.rank == 0 for p in counting.params), counting.params
+
+
+def _sized(x, k):
+    """A loop whose condition tests the state's size and whose result is its counter:
+    the state's elements are never needed; with ``by_value`` its next length reads an
+    element the body computes (then the elements are needed after all)."""
+    def body(st):
+        t, s = st
+        n = A.size(s) - A.to_int(k[0])
+        return (A.unit(A.the(t) + 1), A.generate((n,), lambda i: s[i] * A.sin(s[i + 1])))
+    return A.awhile(lambda st: A.unit(A.size(st[1]) > 3), body, (A.unit(0), x))[0]
+
+
+def _sized_by_value(x, k):
+    def body(st):
+        t, s = st
+        m = A.the(A.sum(A.map(lambda v: A.to_int(v * 0.0), s)))  # 0, read from elements
+        n = A.size(s) - A.to_int(k[0]) + m
+        return (A.unit(A.the(t) + 1), A.generate((n,), lambda i: s[i] * A.sin(s[i + 1])))
+    return A.awhile(lambda st: A.unit(A.size(st[1]) > 3), body, (A.unit(0), x))[0]
+
+
+@pytest.mark.parametrize("f, ranks", [(_sized, [0, 0]), (_sized_by_value, [0, 1])])
+@pytest.mark.parametrize("backend", ["fused", "cpu"])
+def test_a_state_read_only_for_its_size_is_carried_as_its_dimensions(f, ranks, backend):
+    """Kept whole when its next shape reads an element the body computes."""
+    for n, k in ((12, 1.0), (12, 4.0), (3, 1.0), (5, 2.0)):
+        x, k = np.linspace(0.1, 1.0, n), np.array([k])
+        np.testing.assert_array_equal(A.run(f, x, k, backend=backend),
+                                      A.run(f, x, k, backend="interpreter"))
+    prog = A.compile(f, backend="cpu")
+    prog(np.ones(5), np.array([1.0]))
+    (loop,) = _loops(_runner(prog).kp.body)
+    assert sorted(p.type.rank for p in loop.params) == ranks
+
+
 # --------------------------------------------------------------------------- pruned leaves
 
 

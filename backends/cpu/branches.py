@@ -26,28 +26,86 @@ BELOW = {"lt": True, "le": True, "gt": False, "ge": False}
 TRUE, FALSE = N.Const(True, bool_), N.Const(False, bool_)
 
 
-def index_branch(f: N.Lam, components):
+def index_branch(f: N.Lam, components, reads: bool = False):
     """``(test, op, e, k)`` for the first branch of ``f``'s body on component ``k`` (one
-    of ``components``) of its index parameter compared with a term ``e`` of array
-    sizes (``op`` as if the index were on the left), or None."""
+    of ``components``) of its index parameter compared with a term ``e`` that does not
+    depend on the index (``op`` as if the index were on the left), or None.
+
+    ``e`` is arithmetic on constants and array sizes, or, with ``reads``, may also read
+    elements at positions that do not depend on the index (a tape's size at the loop's
+    step ``t - 1``, as reverse mode reads a state's shape back), through ``let``-bound
+    names (returned substituted).  Evaluated once outside the branch, such a read must
+    be one ``f`` makes for every index anyway: only a test ``f`` always evaluates (not
+    inside another branch; ``&`` and ``|`` evaluate both sides) qualifies, and the
+    caller evaluates ``e`` only for a non-empty range of indices."""
     (ix,) = f.params
     outer = free_vars(f)
-    stack = [f.body]
+    lets: dict = {}  # let-bound names on the always-evaluated spine -> their terms
+    stack = [(f.body, True)]
     while stack:
-        e = stack.pop()
-        if isinstance(e, N.Cond):
-            t = e.c
-            if isinstance(t, N.PrimApp) and t.op in FLIP:
+        e, always = stack.pop()
+        if isinstance(e, N.Let):
+            if always:
+                lets[e.var.name] = e.bound
+            stack += [(e.body, always), (e.bound, always)]
+        elif isinstance(e, N.Cond):
+            for t in _tests(e.c):
                 for side, op in ((0, t.op), (1, FLIP[t.op])):
                     a, b = t.args[side], t.args[1 - side]
-                    if (isinstance(a, N.Prj) and isinstance(a.tup, N.Var)
-                            and a.tup.name == ix.name and a.index in components
-                            and free_vars(b) <= outer and sizes_only(b)):
+                    if not (isinstance(a, N.Prj) and isinstance(a.tup, N.Var)
+                            and a.tup.name == ix.name and a.index in components):
+                        continue
+                    if free_vars(b) <= outer and sizes_only(b):
                         return t, op, b, a.index
-            stack.extend((e.e, e.t, e.c))
+                    if reads and always:
+                        b = _invariant(b, lets, ix.name, outer)
+                        if b is not None:
+                            return t, op, b, a.index
+            stack += [(e.e, False), (e.t, False), (e.c, always)]
         elif not isinstance(e, (N.Lam, N.While)):
-            stack.extend(reversed(children(e)))
+            stack.extend((c, always) for c in reversed(children(e)))
     return None
+
+
+def _tests(c):
+    """The comparisons ``c`` is a conjunction or disjunction of (or ``c`` itself)."""
+    if isinstance(c, N.PrimApp):
+        if c.op in FLIP and len(c.args) == 2:
+            return [c]
+        if c.op in ("and", "or"):
+            return [t for a in c.args for t in _tests(a)]
+    return []
+
+
+def _invariant(e, lets: dict, ix: str, outer: set):
+    """``e`` with the ``lets`` substituted, if then it reads only variables from outside
+    ``f`` (so not the index ``ix``) and is made of constants, primitives, sizes and
+    element reads; else None."""
+    def go(x, depth=0):
+        if depth > 16:
+            return None
+        if isinstance(x, N.Var):
+            if x.name in lets:
+                return go(lets[x.name], depth + 1)
+            return x if x.name in outer else None
+        if isinstance(x, (N.Shape, N.Avar)):
+            return x
+        if not isinstance(x, (N.Const, N.PrimApp, N.Prj, N.Tuple, N.Index)):
+            return None
+        bad = []
+
+        def sub(c):
+            r = go(c, depth + 1)
+            if r is None:
+                bad.append(c)
+                return c
+            return r
+        y = map_children(x, sub)
+        return None if bad else y
+    y = go(e)
+    if y is None or ix in free_vars(y) or not free_vars(y) <= outer:
+        return None
+    return y
 
 
 def sizes_only(e) -> bool:

@@ -5,13 +5,16 @@ Phase ``g``: rank 0 and 1 loop over elements; rank >= 2 over tiles of the last t
 dimensions.  Rank >= 3 also has phase ``s`` (whole slices of the last two dimensions),
 which the host launches instead when a slice is one tile.
 
-Index-set splitting (rank 1): a branch on ``i < e`` (or ``<=``, ``>``, ``>=``), ``e`` a
-term of array sizes, splits the element loop at ``e`` into two loops, each with the
-branch decided (``branches.index_branch``).  Reverse mode writes such branches wherever an
+Index-set splitting: a branch on ``i < e`` (or ``<=``, ``>``, ``>=``; ``i`` the element
+index of rank 1, the column of a tile of rank >= 2), ``e`` a term not depending on the
+index, splits the element (column) loop at ``e`` into two loops, each with the branch
+decided (``branches.index_branch``).  Reverse mode writes such branches wherever an
 adjoint covers a domain other than its primal's (``W[i] * h[i]`` with ``W`` and ``h``
 of unrelated lengths: ``W``'s adjoint is ``if i < size h then ... else 0``); decided,
 they leave a loop LLVM vectorizes.  Measured on the RNN of ``benchmarks/loops.py``:
-its reverse step's ``W`` adjoint (10^4 elements, a ``tanh`` each) 68 us -> 17 us a step.
+its reverse step's ``W`` adjoint (10^4 elements, a ``tanh`` each) 68 us -> 17 us a step;
+the corpus RNN's ``W`` adjoint (128 x 128, the column bound read from the loop tape's
+record of the state's shape) 21 -> 8 us a step.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from .plan import Launch, dtypes
 TILE_ROWS = 32  # tiles of rank >= 2 generates (last two dimensions)
 TILE_COLS = 256
 SPLIT_DEPTH = 2  # nested splits of one loop: at most 2**SPLIT_DEPTH copies of its body
-
 
 
 def emit(s: KGenerate, check: bool):
@@ -57,13 +59,12 @@ def emit(s: KGenerate, check: bool):
         body([], k)
         return g, {}
     if rank == 1:
-        _split_loop(g, s.f, "lo", "hi", SPLIT_DEPTH, lambda f, k: body([k], k, f))
+        _split_loop(g, s.f, "lo", "hi", SPLIT_DEPTH, lambda f, k: body([k], k, f), 0)
         return g, {}
     R, C = dims[-2], dims[-1]
     nrt, nct = g.slot(("nrt",)), g.slot(("nct",))
     t, ct, q, rt, o = (g.fresh(x) for x in ("t", "ct", "q", "rt", "o"))
-    i0, i1, j0, j1, i, j, rb, k = (g.fresh(x) for x in ("i", "i", "j", "j", "i", "j", "rb",
-                                                        "k"))
+    i0, i1, j0, j1, rb, k = (g.fresh(x) for x in ("i", "i", "j", "j", "rb", "k"))
     g.loop(t, "range(lo, hi)")
     g.emit(f"{ct} = {t} % {nct}")
     g.emit(f"{q} = {t} // {nct}")
@@ -74,20 +75,29 @@ def emit(s: KGenerate, check: bool):
     g.emit(f"{i1} = min({i0} + {TILE_ROWS}, {R})")
     g.emit(f"{j0} = {ct} * {TILE_COLS}")
     g.emit(f"{j1} = min({j0} + {TILE_COLS}, {C})")
-    g.loop(i, f"range({i0}, {i1})")
-    g.emit(f"{rb} = ({o} * {R} + {i}) * {C}")
-    g.loop(j, f"range({j0}, {j1})")
-    g.emit(f"{k} = {rb} + {j}")
-    body(oix + [i, j], k)
+
+    def row(f, i):
+        g.emit(f"{rb} = ({o} * {R} + {i}) * {C}")
+
+        def element(f, j):
+            g.emit(f"{k} = {rb} + {j}")
+            body(oix + [i, j], k, f)
+        _split_loop(g, f, j0, j1, SPLIT_DEPTH, element, rank - 1)
+    # (rows are not split: a branch on the row is invariant in the column loop, which
+    # LLVM unswitches; splitting rows too was no faster on the RNN's 128 x 128 adjoint)
+    _split_loop(g, s.f, i0, i1, 0, row, rank - 2)
     if rank >= 3:
         slices(g, dims, body)
     return g, {}
 
 
-def _split_loop(g: KernelGen, f: N.Lam, lo: str, hi: str, depth: int, body) -> None:
-    """``for k in range(lo, hi): body(f, k)``, split at ``index_branch(f, (0,))`` (see the
-    module docstring) into loops with ``f``'s branch decided, ``depth`` times."""
-    sp = index_branch(f, (0,)) if depth else None
+def _split_loop(g: KernelGen, f: N.Lam, lo: str, hi: str, depth: int, body,
+                comp: int) -> None:
+    """``for k in range(lo, hi): body(f, k)``, split at ``index_branch(f, (comp,))`` (see
+    the module docstring) into loops with ``f``'s branch decided, ``depth`` times.  The
+    split point is computed only for a non-empty range: it may read an element (which
+    ``f`` reads for every index, so not when there is none)."""
+    sp = index_branch(f, (comp,), reads=True) if depth else None
     if sp is None:
         k = g.fresh("k")
         g.loop(k, f"range({lo}, {hi})")
@@ -95,12 +105,16 @@ def _split_loop(g: KernelGen, f: N.Lam, lo: str, hi: str, depth: int, body) -> N
         g.ind -= 1
         return
     test, op, e, _ = sp
-    v = g.exp(e)
     mid = g.fresh("m")
+    g.emit(f"{mid} = {lo}")
+    g.emit(f"if {hi} > {lo}:")
+    g.ind += 1
+    v = g.exp(e)
     g.emit(f"{mid} = min(max({v} + {SHIFT[op]}, {lo}), {hi})")
+    g.ind -= 1
     below, above = (TRUE, FALSE) if BELOW[op] else (FALSE, TRUE)
-    _split_loop(g, tidy(decide(f, test, below)), lo, mid, depth - 1, body)
-    _split_loop(g, tidy(decide(f, test, above)), mid, hi, depth - 1, body)
+    _split_loop(g, tidy(decide(f, test, below)), lo, mid, depth - 1, body, comp)
+    _split_loop(g, tidy(decide(f, test, above)), mid, hi, depth - 1, body, comp)
 
 
 def slices(g: KernelGen, dims: list, body) -> None:
