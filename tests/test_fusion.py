@@ -54,6 +54,55 @@ def test_shared_expensive_array_is_materialised_once():
     assert count_loops(fuse(p).body) == 2
 
 
+def _tanh_applications(kp) -> int:
+    """How many ``tanh`` the kernel functions of ``kp`` apply (written, not executed)."""
+    from accel.ast.traverse import children
+    from accel.fusion.kernels import KAwhile, KGenerate
+
+    def count(e):
+        return (getattr(e, "op", None) == "tanh") + sum(count(c) for c in children(e))
+
+    def block(b):
+        n = 0
+        for s in b.steps:
+            if isinstance(s, KAwhile):
+                n += block(s.cond) + block(s.body)
+            elif isinstance(s, KGenerate):
+                n += count(s.f)
+        return n
+    return block(kp.body)
+
+
+@pytest.mark.parametrize("loop", [False, True])
+def test_adjoints_sharing_a_transcendental_compute_it_once(loop):
+    """The adjoints of ``W`` and ``h`` in ``tanh (W[i] * h[i] + x[i])`` (same shape) both
+    need ``1 - tanh(..)^2``: they are materialised side by side and merged into one
+    kernel applying ``tanh`` once, at top level and in a loop's reverse sweep."""
+    def step(w, h, x):
+        return A.generate((A.size(h),), lambda i: A.tanh(w[i] * h[i] + x[i]))
+
+    def loss(w, h0, x):
+        if loop:
+            def body(s):
+                return (A.unit(A.the(s[0]) + 1), step(w, s[1], x))
+            h = A.awhile(lambda s: A.unit(A.the(s[0]) < 3), body, (A.unit(0), h0))[1]
+        else:
+            h = step(w, h0, x)
+        return A.sum(A.map(lambda v: v * v, h))
+    g = A.gradientA(loss, wrt=(0, 1))
+    rng = np.random.default_rng(2)
+    args = tuple(rng.normal(size=6) for _ in range(3))
+    sig = tuple(arg_type(a, i) for i, a in enumerate(args))
+    kp = fuse(optimise(trace_program(g, sig)))
+    # the primal's, read back by the reverse sweep (a loop: the taped sweep's and the
+    # reverse sweep's, which would apply it once per adjoint without the rule)
+    assert _tanh_applications(kp) == (2 if loop else 1)
+    for backend in ("fused", "cpu"):
+        for got, want in zip(A.run(g, *args, backend=backend),
+                             A.run(g, *args, backend="interpreter")):
+            np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+
+
 PROGRAMS = [
     lambda a: A.map(lambda v: v * 2, a),
     lambda a: A.sum(A.map(A.cos, a)),
@@ -89,3 +138,36 @@ def test_fused_matches_interpreter(k, xs):
         want, got = (want,), (got,)
     for w, g in zip(want, got):
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+def test_generates_sharing_a_subterm_merge_past_steps_they_do_not_read():
+    """``merge_generates``: a generate of the shared set joins an earlier one of the set
+    with its shape past a step it does not read (not past one it reads); other generates
+    merge only when adjacent."""
+    from accel.ast import nodes as N
+    from accel.ast.types import float64
+    from accel.fusion.fuse import merge_generates
+    from accel.fusion.kernels import KFold, KGenerate
+    from kernel_builders import P, at, av, dim, f64, ix_lam, lam, sh
+
+    x = av(float64, 1, "x")
+    g1, g2, g3 = (av(float64, 1, "g") for _ in range(3))
+    s = av(float64, 0, "s")
+    shape = sh(dim(x, 0))
+
+    def gen(out, extra=None):
+        def f(i):
+            v = P("tanh", at(x, i))
+            return v if extra is None else P("mul", v, N.Index(extra, N.Tuple(())))
+        return KGenerate((out,), shape, ix_lam(1, f))
+    fold = KFold(s, N.Tuple(()), dim(x, 0), lam((float64, float64), lambda a, b: P("add", a, b)),
+                 f64(0.0), ix_lam(1, lambda i: at(x, i)))
+    shared = frozenset({g1.name, g2.name})
+    merged = merge_generates([gen(g1), fold, gen(g2)], shared)
+    assert [type(t).__name__ for t in merged] == ["KGenerate", "KFold"]
+    assert [v.name for v in merged[0].outs] == [g1.name, g2.name]
+    kept = merge_generates([gen(g1), fold, gen(g2, s)], shared)  # g2 reads the fold
+    assert [type(t).__name__ for t in kept] == ["KGenerate", "KFold", "KGenerate"]
+    apart = merge_generates([gen(g1), fold, gen(g3)], shared)  # g3 is not shared
+    assert len(apart) == 3
+    assert len(merge_generates([gen(g1), gen(g3)], shared)) == 1  # adjacent

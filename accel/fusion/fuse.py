@@ -32,6 +32,7 @@ from .broadcasts import narrow_broadcasts
 from .contraction import materialise_operands
 from .reductions import rewrite_reductions
 from .scatter_sums import sum_before_scatter
+from .shared import shared_generates
 from .deadstate import drop_dead_state
 from .inplace import mark_inplace
 from .leafprune import prune_leaves
@@ -143,6 +144,7 @@ class Fuser:
         self.uses = uses
         self.env: dict = {}  # name -> Delayed (manifest arrays are absent)
         self.steps: list = []
+        self.shared: frozenset = frozenset()  # generates materialised side by side
 
     # -- reading arrays
 
@@ -173,13 +175,14 @@ class Fuser:
     # -- bindings
 
     def block(self, blk: ABlock) -> KBlock:
+        self.shared = shared_generates(blk.binds)
         for b in blk.binds:
             self.bind(b)
         res = leaves(blk.result)
         pending = [v for v in res if v.name in self.env]
         for v in dict.fromkeys(pending):
             self.manifest(v)
-        return KBlock(tuple(merge_generates(self.steps)), tuple(res))
+        return KBlock(tuple(merge_generates(self.steps, self.shared)), tuple(res))
 
     def sub(self) -> "Fuser":
         f = Fuser(self.uses)
@@ -203,7 +206,9 @@ class Fuser:
         if d is not None:
             self.env[y.name] = d
             n = self.uses.count.get(y.name, 0)
-            if n > 1 or y.name in self.uses.repeated:
+            if y.name in self.shared:
+                self.manifest(y)
+            elif n > 1 or y.name in self.uses.repeated:
                 if cost(d.fn) > CHEAP or n > 4:
                     self.manifest(y)
             return
@@ -333,17 +338,37 @@ def reindex(ix: N.Var, new_shape: N.Exp, old_shape: N.Exp) -> N.Exp:
     return N.Let(ns, new_shape, N.Let(os_, old_shape, body))
 
 
-def merge_generates(steps: list) -> list:
-    """Merge adjacent same-shape KGenerate steps that do not read each other's outputs."""
+def merge_generates(steps: list, shared: frozenset = frozenset()) -> list:
+    """Merge adjacent same-shape KGenerate steps that do not read each other's outputs;
+    a generate of ``shared`` (``shared.shared_generates``) also joins an earlier one of
+    ``shared`` with its shape past steps whose outputs it does not read."""
     out: list = []
     for s in steps:
-        prev = out[-1] if out else None
-        if (isinstance(s, KGenerate) and isinstance(prev, KGenerate) and s.shape == prev.shape
-                and not ({v.name for v in prev.outs} & (free_vars(s.f) | free_vars(s.shape)))):
-            out[-1] = _merge(prev, s)
-        else:
+        at = None
+        if isinstance(s, KGenerate):
+            reads = free_vars(s.f) | free_vars(s.shape)
+            for j in range(len(out) - 1, -1, -1):
+                prev = out[j]
+                if (isinstance(prev, KGenerate) and s.shape == prev.shape
+                        and not {v.name for v in prev.outs} & reads
+                        and (j == len(out) - 1 or _shares(s, prev, shared))):
+                    at = j
+                    break
+                if _outs(prev) & reads or not _shares(s, s, shared):
+                    break
+        if at is None:
             out.append(s)
+        else:
+            out[at] = _merge(out[at], s)
     return out
+
+
+def _outs(s) -> set:
+    return {v.name for v in (s.outs if hasattr(s, "outs") else (s.out,))}
+
+
+def _shares(a: KGenerate, b: KGenerate, shared: frozenset) -> bool:
+    return any(v.name in shared for v in a.outs) and any(v.name in shared for v in b.outs)
 
 
 def _merge(a: KGenerate, b: KGenerate) -> KGenerate:
