@@ -14,6 +14,7 @@ from accel.ast import nodes as N
 from accel.ast.trees import tree_like
 from accel.ast.types import ArrayT
 from accel.backends import interpreter as I
+from accel.backends.contract_numpy import matrix_product
 from accel.backends.interpreter_values import ArrayValue, from_input, to_output
 from accel.errors import OutOfMemoryError, ShapeError
 from accel.fusion.kernels import (LOOP_STEPS, KAcond, KAwhile, KBlock, KernelProgram, KFold,
@@ -50,6 +51,8 @@ def _step(s, aenv: dict):
         else:
             for k, o in enumerate(s.outs):
                 aenv[o.name] = ArrayValue(v.shape, v.data[k])
+    elif isinstance(s, KFold) and (v := matrix_product(s, aenv)) is not None:
+        aenv[s.out.name] = v
     elif isinstance(s, (KFold, KScan)):
         elt = s.src.type
         src_var = N.Avar(N.fresh("k"), ArrayT(elt, len(s.shape.type.items) + 1))

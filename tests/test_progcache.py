@@ -198,15 +198,28 @@ def _matmul_loss(a, b):
     return A.sum_all(A.map(A.tanh, prod))
 
 
+def _distance_loss(a, b):
+    n, k, m = a.shape[0], a.shape[1], b.shape[1]
+    d = A.sum(A.generate((n, m, k), lambda ix: A.tanh(a[ix[0], ix[2]] - b[ix[2], ix[1]])))
+    return A.sum_all(A.map(lambda v: v * v, d))
+
+
 def test_estimate_grows_with_the_work_the_numpy_tier_does():
-    g = A.gradientA(_matmul_loss, wrt=(0, 1))
+    """A fold the NumPy tier materialises costs its source's elements; a matrix
+    product (one ``einsum``: ``backends.contract_numpy``) its multiply-adds, far less."""
     small = [np.ones((8, 8)), np.ones((8, 8))]
     big = [np.ones((400, 400)), np.ones((400, 400))]
-    _, kp = P.optimise_cached(trace_program(g, tuple(arg_type(a, i) for i, a in
-                                                     enumerate(small))), "cpu")
-    es, eb = tiercost.estimate(kp, small), tiercost.estimate(kp, big)
-    assert 0 < es < 0.05 < 1.0 < eb  # 400^3 products per fold: seconds on NumPy
+    est = {}
+    for loss in (_distance_loss, _matmul_loss):
+        g = A.gradientA(loss, wrt=(0, 1))
+        _, kp = P.optimise_cached(trace_program(g, tuple(arg_type(a, i) for i, a in
+                                                         enumerate(small))), "cpu")
+        est[loss] = tiercost.estimate(kp, small), tiercost.estimate(kp, big)
+    es, eb = est[_distance_loss]
+    assert 0 < es < 0.05 < 1.0 < eb  # 400^3 elements per fold: seconds on NumPy
     assert eb / es > 1000
+    es, eb = est[_matmul_loss]
+    assert 0 < es < eb < 0.5  # 400^3 multiply-adds per product
 
 
 def test_over_budget_skips_the_numpy_tier(monkeypatch):

@@ -2,10 +2,11 @@
 ready, estimated before running it.
 
 Why: the NumPy tier (``backends.fused``) materialises what the compiled kernels never
-do, e.g. the whole ``(n, m, k)`` source of a fold that is a matrix product: the corpus
-MLP gradient at its default size took 10-15 s a call there, against 0.2 s compiled and
-tens of seconds to compile.  A call the NumPy tier would make that slow is better spent
-waiting for the compiled kernels (``tiered``).
+do, e.g. the whole ``(n, k, d)`` source of k-means' distances: its gradient at the
+corpus's default size takes 5-13 s a call there (matrix products no longer: one
+``einsum``, ``backends.contract_numpy``; the corpus MLP gradient went 10-15 s -> 0.2 s),
+against tens of seconds to compile.  A call the NumPy tier would make that slow is
+better spent waiting for the compiled kernels (``tiered``).
 
 The estimate: the NumPy tier evaluates every scalar expression node of a loop step once per
 element it computes, vectorised over the elements, so a call costs about
@@ -13,7 +14,9 @@ element it computes, vectorised over the elements, so a call costs about
 (the evaluator's Python overhead).  ``estimate(kp, args)`` sums that over the top-level
 loop steps, whose element counts are known from the arguments (shapes, and elements a
 shape reads): a ``KGenerate``
-computes its shape's elements; a ``KFold``/``KScan`` its whole source (shape ++ n) and
+computes its shape's elements; a ``KFold`` that is a matrix product costs its
+multiply-adds (``SECONDS_PER_PRODUCT_TERM``: one ``einsum``), any other
+``KFold``/``KScan`` its whole source (shape ++ n) and
 the combination as often (one NumPy reduction when it is ``+``, ``*``, ``max`` or
 ``min``; else the evaluator loops along the rows: ``n`` steps of the combination over
 every row at once, each paying the per-node overhead, which made a 0.3 s estimate of
@@ -47,6 +50,7 @@ from accel.ast.patterns import scalar_binop
 from accel.ast.traverse import walk
 from accel.ast.types import ArrayT, Scalar
 from accel.backends import interpreter as I
+from accel.backends.contract_numpy import product_of
 from accel.backends.interpreter_values import ArrayValue
 from accel.fusion.kernels import KFold, KGenerate, KPermute, KScan, KUse, count_loops
 
@@ -60,6 +64,9 @@ from accel.fusion.kernels import KFold, KGenerate, KPermute, KScan, KUse, count_
 SECONDS_PER_NODE_ELEMENT = 6e-9
 #: Seconds per expression node per step (the evaluator's dispatch, NumPy call overhead).
 SECONDS_PER_NODE = 4e-6
+#: Seconds per multiply-add of a matrix-product fold (``backends.contract_numpy``: one
+#: ``einsum``, BLAS where NumPy finds it; a batched product may loop in NumPy).
+SECONDS_PER_PRODUCT_TERM = 1e-9
 #: A call estimated under this always runs on the NumPy tier.
 MIN_SECONDS = 0.5
 #: Importing numba, loading the module and its cached kernels (GMM gradient: 1-2 s).
@@ -137,6 +144,14 @@ def estimate(kp, args) -> float:
                 pairs = [(math.prod(shape), _nodes(s.f), 1)]
                 for o in s.outs:
                     aenv[o.name] = ArrayValue(shape, None)
+            elif isinstance(s, KFold) and product_of(s) is not None:  # one ``einsum``
+                shape = _shape(s.shape, aenv)
+                rows = math.prod(shape)
+                n = int(I.eval_scalar(s.n, aenv)[0])
+                c = product_of(s)
+                total += rows * n * SECONDS_PER_PRODUCT_TERM
+                pairs = [(rows, sum(1 for e in c.post for _ in walk(e)) + len(c.scale), 1)]
+                aenv[s.out.name] = ArrayValue(shape, None)
             elif isinstance(s, (KFold, KScan)):
                 shape = _shape(s.shape, aenv)
                 n = int(I.eval_scalar(s.n, aenv)[0])
