@@ -10,9 +10,13 @@ generator.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from accel.ast import nodes as N
 from accel.ast.trees import tree_like
-from accel.ast.types import ArrayT
+from accel.ast.types import ArrayT, int64
 from accel.backends import interpreter as I
 from accel.backends.contract_numpy import matrix_product
 from accel.backends.interpreter_values import ArrayValue, from_input, to_output
@@ -54,15 +58,7 @@ def _step(s, aenv: dict):
     elif isinstance(s, KFold) and (v := matrix_product(s, aenv)) is not None:
         aenv[s.out.name] = v
     elif isinstance(s, (KFold, KScan)):
-        elt = s.src.type
-        src_var = N.Avar(N.fresh("k"), ArrayT(elt, len(s.shape.type.items) + 1))
-        aenv[src_var.name] = I.eval_array(N.Generate(_full_shape(s.shape, s.n), s.src), aenv)
-        if isinstance(s, KFold):
-            node = N.Fold(s.f, s.z, src_var)
-        else:
-            node = N.Scan(s.f, s.z, src_var, s.left)
-        aenv[s.out.name] = I.eval_array(node, aenv)
-        del aenv[src_var.name]
+        aenv[s.out.name] = _reduction(s, aenv)
     elif isinstance(s, KPermute):
         elt = s.value.type
         d = N.Avar(N.fresh("k"), ArrayT(elt, len(s.out_shape.type.items)))
@@ -93,6 +89,52 @@ def _step(s, aenv: dict):
             aenv[o.name] = x
     else:
         raise TypeError(type(s).__name__)
+
+
+#: A fold's or scan's source larger than this (elements) is evaluated a block of rows at
+#: a time, whose temporaries stay in the caches.  Corpus gradients at their default
+#: sizes on this machine, whole -> blocks of 2^18 elements: pairwise RBF 25 -> 3.0 s,
+#: k-means 7.9 -> 1.6 s, 1-D convolution 9.1 -> 1.2 s (2^16 and 2^20 were slower).
+BLOCK_ELEMENTS = 1 << 18
+
+
+def _reduction(s, aenv: dict):
+    """A ``KFold``/``KScan``: its source materialised (by blocks of rows when large: the
+    rows are independent) and folded or scanned along its last dimension."""
+    shape = tuple(int(x[0]) for x in I.eval_scalar(s.shape, aenv))
+    n = int(I.eval_scalar(s.n, aenv)[0])
+    per_row = math.prod(shape[1:]) * n
+    if not shape or shape[0] < 2 or shape[0] * per_row <= BLOCK_ELEMENTS:
+        return _reduce_rows(s, aenv, s.shape, s.src)
+    step = max(1, BLOCK_ELEMENTS // max(per_row, 1))
+    p = s.src.params[0]
+    parts = []
+    for r0 in range(0, shape[0], step):
+        r1 = min(shape[0], r0 + step)
+        q = N.Var(N.fresh("i"), p.type)
+        moved = N.Tuple((N.PrimApp("add", (N.Prj(0, q), N.Const(r0, int64))),)
+                        + tuple(N.Prj(k, q) for k in range(1, len(p.type.items))))
+        sub = N.Tuple(tuple(N.Const(x, int64) for x in (r1 - r0,) + shape[1:]))
+        parts.append(_reduce_rows(s, aenv, sub, N.Lam((q,), N.Let(p, moved, s.src.body))))
+    return ArrayValue((shape[0],) + parts[0].shape[1:], _concat([v.data for v in parts]))
+
+
+def _reduce_rows(s, aenv: dict, shape: N.Exp, src: N.Lam):
+    elt = s.src.type
+    src_var = N.Avar(N.fresh("k"), ArrayT(elt, len(s.shape.type.items) + 1))
+    aenv[src_var.name] = I.eval_array(N.Generate(_full_shape(shape, s.n), src), aenv)
+    try:
+        if isinstance(s, KFold):
+            return I.eval_array(N.Fold(s.f, s.z, src_var), aenv)
+        return I.eval_array(N.Scan(s.f, s.z, src_var, s.left), aenv)
+    finally:
+        del aenv[src_var.name]
+
+
+def _concat(parts: list):
+    if isinstance(parts[0], tuple):  # an array of tuples: one array per component
+        return tuple(_concat([p[k] for p in parts]) for k in range(len(parts[0])))
+    return np.concatenate(parts, axis=0)
 
 
 def evaluate(kp: KernelProgram, args) -> object:

@@ -55,13 +55,12 @@ from accel.backends.interpreter_values import ArrayValue
 from accel.fusion.kernels import KFold, KGenerate, KPermute, KScan, KUse, count_loops
 
 #: Seconds per (element, expression node) on the NumPy tier (vectorised NumPy operations
-#: with their temporaries).  The measured cost varies more than tenfold with the load on
-#: this shared machine and the sizes: at the corpus's small sizes, 12 ns estimated 3-30
-#: times too much with the machine at load 2.5 (about 1 ns fits), and at its default
-#: sizes at load 4-5, 6 ns estimated 1.2-6.7 times too little (median about 3.5: large
-#: temporaries cost more per element).  6 ns is in between; a call slower than its
-#: estimate corrects the later ones (``tiered``).
-SECONDS_PER_NODE_ELEMENT = 6e-9
+#: with their temporaries, large fold sources a block of rows at a time: ``fused``).
+#: Rough: with 6 ns, the corpus's pairwise RBF, k-means and 1-D convolution gradients
+#: at their default sizes were estimated at 20, 9.8 and 10.6 s and took 3.0, 1.6 and
+#: 1.2 s (about 1 ns fits; it varies more than tenfold with the machine's load).  A
+#: call slower than its estimate corrects the later ones (``tiered``).
+SECONDS_PER_NODE_ELEMENT = 1.5e-9
 #: Seconds per expression node per step (the evaluator's dispatch, NumPy call overhead).
 SECONDS_PER_NODE = 4e-6
 #: Seconds per multiply-add of a matrix-product fold (``backends.contract_numpy``: one
