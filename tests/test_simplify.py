@@ -601,6 +601,27 @@ def test_expensive_arrays_of_tuples_are_not_split():
     assert sum(isinstance(n, PrimApp) and n.op == "exp" for n in walk(q)) == 1
 
 
+def test_a_wide_tuple_sharing_expensive_work_is_decided_after_few_components(monkeypatch):
+    """Deciding not to split a wide array of tuples (BA's derivative: 55 components of
+    one let chain) stops once the components tidied so far redo too much: their costs
+    only add up.  Twelve components sharing four transcendentals (cost 44 with the
+    twelve products; 33 each; the pairs' traffic 48): decided after three, not twelve."""
+    import accel.simplify.split as split
+    tidied, decisions = [], []
+    real_tidy, real_parts = split.tidy, split.ElementSplit.parts
+    monkeypatch.setattr(split, "tidy", lambda e, *a: tidied.append(e) or real_tidy(e, *a))
+    monkeypatch.setattr(split.ElementSplit, "parts",
+                        lambda self, *a: decisions.append(a) or real_parts(self, *a))
+
+    def f(x):
+        t = A.map(lambda v: tuple(A.exp(A.sin(A.cos(A.tanh(v)))) * k for k in range(12)), x)
+        return tuple(A.sum_all(A.map(lambda p, k=k: p[k], t)) for k in range(12))
+
+    q = check(trace(f, V2), [np.arange(6.0).reshape(2, 3)])
+    assert sum(isinstance(n, PrimApp) and n.op == "exp" for n in walk(q)) == 1
+    assert decisions and len(tidied) == 3 * len(decisions)
+
+
 def test_tuples_read_through_zip_with_projections_are_split():
     """A consumer that is a ``zip_with`` (or a map that is not a bare projection) reading
     one component of the pairs counts as a projection: the pairs are split, each

@@ -19,9 +19,9 @@ once and fuses into its consumer.
 from __future__ import annotations
 
 from ..ast.cost import cost
-from ..ast.nodes import (Alet, Avar, Generate, Index, Lam, Let, Map, Node, Prj, Program, Shape,
-                         Var, ZipWith, fresh)
-from ..ast.traverse import LEAVES, freshen, map_children, rebuild, with_fields
+from ..ast.nodes import (Alet, Avar, Cond, Generate, Index, Lam, Let, Map, Node, Prj, Program,
+                         Shape, Tuple, Var, ZipWith, fresh)
+from ..ast.traverse import LEAVES, free_vars, freshen, map_children, rebuild, with_fields
 from ..ast.types import leaves
 from .base import wrap_lets
 from .rename import simplifier_pass
@@ -39,6 +39,36 @@ SPLIT_COST = 4
 #: array of (adjoint, -adjoint) pairs for 5 operations redone against 4 "traffic", and
 #: ran 4x slower than the same program written with ``generate``.
 MEMORY_COST = 2
+
+
+def _project(e, i: int):
+    """``e.i``, pushed through lets, tuples and conditionals."""
+    if type(e) is Let:
+        return Let(e.var, e.bound, _project(e.body, i))
+    if type(e) is Tuple:
+        return e.items[i]
+    if type(e) is Cond:
+        return Cond(e.c, _project(e.t, i), _project(e.e, i))
+    return Prj(i, e)
+
+
+def _live_lets(e):
+    """``e`` without the lets of its outer chain that nothing reads: a component of a
+    large function (BA's derivative: 55 components sharing one let chain of 1200
+    nodes) needs few of them, and tidying a component costs per let."""
+    chain_ = []
+    while type(e) is Let:
+        chain_.append(e)
+        e = e.body
+    need = set(free_vars(e))
+    kept = []
+    for let in reversed(chain_):
+        if let.var.name in need:
+            kept.append(let)
+            need |= free_vars(let.bound)
+    for let in kept:
+        e = Let(let.var, let.bound, e)
+    return e
 
 
 def _traffic(elt, paths) -> int:
@@ -116,14 +146,17 @@ class ElementSplit:
         if u.projuses.get(name, 0) + u.shapes.get(name, 0) != u.cnt.get(name, 0):
             return None  # read some other way too
         out = {}
+        limit = cost(b.f) + max(SPLIT_COST, _traffic(b.type.elt, paths))
+        total = 0
         for path in dict.fromkeys(paths):
             body = b.f.body  # the projection goes into the producer's function
             for i in path:  # (not a Map over a copy of it, which CSE would merge)
-                body = Prj(i, body)
+                body = _project(body, i)
+            body = _live_lets(body)  # (tidy would drop them too, at a cost per let)
             out[path] = tidy(freshen(with_fields(b.f, body=body)))  # unique binders
-        redone = sum(map(cost, out.values())) - cost(b.f)
-        if len(out) > 1 and redone > max(SPLIT_COST, _traffic(b.type.elt, paths)):
-            return None  # the components share more work than the whole array's traffic
+            total += cost(out[path])
+            if len(out) > 1 and total > limit:  # (costs only add up: decided already)
+                return None  # the components share more work than the array's traffic
         return {path: with_fields(b, f=f) for path, f in out.items()}
 
     def chain(self, n):
