@@ -414,3 +414,40 @@ def test_pruned_array_read_at_other_indices_and_shape():
                    for s in _generates(_runner(prog).kp.body) for o in s.outs)
     np.testing.assert_allclose(A.run(f, np.linspace(0.0, 1.0, 6), backend="fused")[0],
                                A.run(f, np.linspace(0.0, 1.0, 6), backend="interpreter")[0])
+
+
+def test_constant_and_index_outputs_of_a_generate_are_not_stored():
+    """A generate of several outputs, one a constant and one an index component, each
+    read at shifted indices and through ``shape``: those two are values, not arrays
+    (``leafprune._plan_outs``); as in the stencil's gradient written with ``generate``,
+    whose all-``True`` mask was stored beside its adjoint and read five times."""
+    from accel.ast import nodes as N
+    from accel.ast.types import ArrayT, bool_, float64, int64, shape_type
+    from accel.backends import fused
+    from accel.backends.cpu import prepare_kernels
+    from accel.fusion.kernels import KBlock, KernelProgram
+    from accel.fusion.leafprune import prune_leaves
+    x = N.Avar(N.fresh("x"), ArrayT(float64, 1))
+    v, m, k = (N.Avar(N.fresh("a"), ArrayT(t, 1)) for t in (float64, bool_, int64))
+    i = N.Var(N.fresh("i"), shape_type(1))
+    gen = KGenerate((v, m, k), N.Shape(x), N.Lam((i,), N.Tuple((
+        N.PrimApp("sin", (N.Index(x, i),)), N.Const(True, bool_), N.Prj(0, i)))))
+    j = N.Var(N.fresh("j"), shape_type(1))
+
+    def at(a, shift):  # a[(j + shift) mod n]
+        n = N.Prj(0, N.Shape(a))
+        return N.Index(a, N.Tuple((N.PrimApp("mod", (N.PrimApp("add", (
+            N.Prj(0, j), N.Const(shift, int64))), n)),)))
+    read = N.Lam((j,), N.Cond(at(m, 1), N.PrimApp("add", (
+        at(v, 2), N.PrimApp("to_float64", (at(k, 3),)))), N.Const(0.0, float64)))
+    out = N.Avar(N.fresh("o"), ArrayT(float64, 1))
+    use = KGenerate((out,), N.Shape(k), read)
+    kp = KernelProgram((x,), KBlock((gen, use), (out,)), out.type)
+    pruned = prune_leaves(kp)
+    assert [len(s.outs) for s in pruned.body.steps] == [1, 1]
+    xs = np.linspace(0.0, 1.0, 7)
+    n = np.arange(7)
+    want = np.sin(xs)[(n + 2) % 7] + (n + 3) % 7
+    np.testing.assert_allclose(fused.evaluate(pruned, [xs]), want, rtol=1e-15)
+    np.testing.assert_allclose(fused.evaluate(kp, [xs]), want, rtol=1e-15)
+    np.testing.assert_allclose(prepare_kernels(pruned)([xs]), want, rtol=1e-15)

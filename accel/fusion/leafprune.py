@@ -1,5 +1,9 @@
 """Constant and index leaves of materialised tuple arrays are not stored.
 
+(The same for a generate's separate outputs that are constants or index components:
+the stencil's gradient written with ``generate`` materialised an all-``True`` mask beside
+its adjoint and read it at each of the five neighbours.)
+
 Reverse mode writes the adjoint contributions of a body's reads as ``(value, target,
 keep)`` triples; when the targets are the generate's own index and ``keep`` is
 ``True``, fusion still materialises every leaf when the array is read twice: the
@@ -38,13 +42,14 @@ def _block(b: KBlock) -> KBlock:
     i = 0
     while i < len(steps):
         s = steps[i]
-        plan = _plan(s) if isinstance(s, KGenerate) and len(s.outs) == 1 else None
+        plan = None
+        if isinstance(s, KGenerate):
+            plan = _plan(s) if len(s.outs) == 1 else _plan_outs(s)
         if plan is not None:
-            new_s, new_out, rw = plan
-            old = s.outs[0].name
+            new_s, dropped, rw = plan
             rest = [_step(t, rw) for t in steps[i + 1:]]
-            if old not in {r.name for r in result} and not any(
-                    old in _names(t) for t in rest):
+            if not dropped & {r.name for r in result} and not any(
+                    dropped & _names(t) for t in rest):
                 steps[i + 1:] = rest
                 steps[i] = new_s
         i += 1
@@ -182,4 +187,53 @@ def _plan(s: KGenerate):
         if isinstance(n, N.Avar):
             return n
         return map_children(n, rw)
-    return new_s, new_out, rw
+    return new_s, {out.name}, rw
+
+
+def _plan_outs(s: KGenerate):
+    """(pruned step, names of the outputs it no longer writes, rewriter of reads) for a
+    generate of several outputs some of which are constants or index components, or
+    None.  (A read of a dropped output is not bounds checked: it is a value, not a
+    read; reverse mode, which writes these, reads them where its index is valid.)"""
+    if len(s.f.params) != 1:
+        return None
+    (ix,) = s.f.params
+    lets, tail = [], s.f.body
+    while isinstance(tail, N.Let):
+        lets.append((tail.var, tail.bound))
+        tail = tail.body
+    if not isinstance(tail, N.Tuple) or len(tail.items) != len(s.outs):
+        return None
+    kinds = {}  # dropped output's name -> ("const", Const) | ("index", k)
+    kept_outs, kept_items = [], []
+    for o, e in zip(s.outs, tail.items):
+        if isinstance(o.type.elt, TupleT):
+            kept_outs.append(o)
+            kept_items.append(e)
+        elif isinstance(e, N.Const):
+            kinds[o.name] = ("const", e)
+        elif isinstance(e, N.Prj) and isinstance(e.tup, N.Var) and e.tup.name == ix.name:
+            kinds[o.name] = ("index", e.index)
+        else:
+            kept_outs.append(o)
+            kept_items.append(e)
+    if not kinds or not kept_outs:
+        return None
+    body = N.Tuple(tuple(kept_items)) if len(kept_items) > 1 else kept_items[0]
+    for v, bound in reversed(lets):
+        body = N.Let(v, bound, body)
+    new_s = replace(s, outs=tuple(kept_outs), f=tidy(N.Lam(s.f.params, body)))
+    shape_of = kept_outs[0]
+
+    def rw(n):
+        if isinstance(n, N.Index) and n.array.name in kinds:
+            kind, v = kinds[n.array.name]
+            if kind == "const":
+                return v
+            return N.Prj(v, rw(n.index))
+        if isinstance(n, N.Shape) and n.array.name in kinds:
+            return N.Shape(shape_of)
+        if isinstance(n, N.Avar):
+            return n
+        return map_children(n, rw)
+    return new_s, set(kinds), rw
