@@ -171,3 +171,25 @@ def test_generates_sharing_a_subterm_merge_past_steps_they_do_not_read():
     apart = merge_generates([gen(g1), fold, gen(g3)], shared)  # g3 is not shared
     assert len(apart) == 3
     assert len(merge_generates([gen(g1), gen(g3)], shared)) == 1  # adjacent
+
+
+def test_rank_0_generates_of_a_loop_body_are_one_kernel():
+    """A loop's counters updated by a ``map`` over a rank-0 array (shape ``shape t``) and
+    a ``unit`` (shape ``()``) are one launch per iteration, not two."""
+    from accel.fusion.kernels import KAwhile, KGenerate
+
+    def f(x):
+        def body(st):
+            t, s, y = st
+            return (A.map(lambda v: v + 1, t), A.unit(A.the(s) + A.the(t)),
+                    A.map(lambda v: v * 0.5, y))
+        return A.awhile(lambda st: A.unit(A.the(st[0]) < 4), body, (A.unit(0), A.unit(0), x))
+
+    x = np.linspace(0.0, 1.0, 5)
+    kp = fuse(optimise(trace_program(f, (arg_type(x, 0),))))
+    (loop,) = [s for s in kp.body.steps if isinstance(s, KAwhile)]
+    rank0 = [s for s in loop.body.steps if isinstance(s, KGenerate) and not s.shape.type.items]
+    assert len(rank0) == 1, loop.body.steps
+    for backend in ("fused", "cpu"):
+        for got, want in zip(A.run(f, x, backend=backend), A.run(f, x, backend="interpreter")):
+            np.testing.assert_allclose(got, want)

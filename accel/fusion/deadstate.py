@@ -32,6 +32,7 @@ from ..ast import nodes as N
 from ..ast.traverse import children, map_children
 from ..ast.types import ArrayT, int64, shape_type
 from ..simplify.rounds import tidy
+from .horizontal import merge_generates
 from .inplace import step_free
 from .kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate, KPermute, KUse,
                       step_outs)
@@ -124,7 +125,11 @@ def _awhile(s: KAwhile, later: set):
             extra.append(_dims_step(nxt, subst(N.Shape(r))))
             body_res.extend(nxt)
     keep = [params[i] for i in sorted(live)]
-    body = KBlock(tuple(subst.step(t) for t in steps) + tuple(extra), tuple(body_res))
+    body_steps = [subst.step(t) for t in steps]
+    kept_ids = {id(t) for t in body_steps + extra}
+    merged = [t if id(t) in kept_ids else replace(t, f=tidy(t.f))  # (merged ones)
+              for t in merge_generates(body_steps + extra)]  # (rank 0: with the counters)
+    body = KBlock(tuple(merged), tuple(body_res))
     cond = KBlock(tuple(subst.step(t) for t in s.cond.steps), s.cond.result)
     new_params = []
     for i, p in enumerate(s.params):

@@ -32,6 +32,7 @@ from .broadcasts import narrow_broadcasts
 from .contraction import materialise_operands
 from .reductions import rewrite_reductions
 from .scatter_sums import sum_before_scatter
+from .horizontal import merge_generates
 from .shared import shared_generates
 from .deadstate import drop_dead_state
 from .inplace import mark_inplace
@@ -336,63 +337,6 @@ def reindex(ix: N.Var, new_shape: N.Exp, old_shape: N.Exp) -> N.Exp:
             rest = N.PrimApp("floordiv", (rest, dim))
     body = N.Let(lv, lin, N.Tuple(tuple(reversed(comps))))
     return N.Let(ns, new_shape, N.Let(os_, old_shape, body))
-
-
-def merge_generates(steps: list, shared: frozenset = frozenset()) -> list:
-    """Merge adjacent same-shape KGenerate steps that do not read each other's outputs;
-    a generate of ``shared`` (``shared.shared_generates``) also joins an earlier one of
-    ``shared`` with its shape past steps whose outputs it does not read."""
-    out: list = []
-    for s in steps:
-        at = None
-        if isinstance(s, KGenerate):
-            reads = free_vars(s.f) | free_vars(s.shape)
-            for j in range(len(out) - 1, -1, -1):
-                prev = out[j]
-                if (isinstance(prev, KGenerate) and s.shape == prev.shape
-                        and not {v.name for v in prev.outs} & reads
-                        and (j == len(out) - 1 or _shares(s, prev, shared))):
-                    at = j
-                    break
-                if _outs(prev) & reads or not _shares(s, s, shared):
-                    break
-        if at is None:
-            out.append(s)
-        else:
-            out[at] = _merge(out[at], s)
-    return out
-
-
-def _outs(s) -> set:
-    return {v.name for v in (s.outs if hasattr(s, "outs") else (s.out,))}
-
-
-def _shares(a: KGenerate, b: KGenerate, shared: frozenset) -> bool:
-    return any(v.name in shared for v in a.outs) and any(v.name in shared for v in b.outs)
-
-
-def _merge(a: KGenerate, b: KGenerate) -> KGenerate:
-    r = len(a.shape.type.items)
-    ix = _ix(r)
-
-    def parts(g):
-        e = apply(g.f, (ix,))
-        if len(g.outs) == 1:
-            return [e]
-        v = N.Var(N.fresh("r"), e.type)
-        return [("let", v, e)] + [N.Prj(k, v) for k in range(len(g.outs))]
-
-    items, lets = [], []
-    for g in (a, b):
-        ps = parts(g)
-        if ps and isinstance(ps[0], tuple):
-            lets.append(ps[0][1:])
-            ps = ps[1:]
-        items.extend(ps)
-    body = N.Tuple(tuple(items))
-    for v, e in reversed(lets):
-        body = N.Let(v, e, body)
-    return KGenerate(a.outs + b.outs, a.shape, N.Lam((ix,), body))
 
 
 def fuse(prog: N.Program) -> KernelProgram:
