@@ -150,3 +150,16 @@ def test_configured_dir_made_by_accel_is_private(tmp_path, monkeypatch):
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+
+
+def test_numba_version_while_another_thread_imports_numba(monkeypatch):
+    """A half-imported ``numba`` module (another thread importing it: the tiered runner's
+    receiving thread loads the compiled tier) has no ``__version__`` yet; the version
+    comes from the package metadata instead of an ``AttributeError``."""
+    import sys
+    import types
+    from importlib.metadata import version
+
+    from accel.backends.numba.cachedir import numba_version
+    monkeypatch.setitem(sys.modules, "numba", types.ModuleType("numba"))
+    assert numba_version() == version("numba")

@@ -451,3 +451,41 @@ def test_constant_and_index_outputs_of_a_generate_are_not_stored():
     np.testing.assert_allclose(fused.evaluate(pruned, [xs]), want, rtol=1e-15)
     np.testing.assert_allclose(fused.evaluate(kp, [xs]), want, rtol=1e-15)
     np.testing.assert_allclose(prepare_kernels(pruned)([xs]), want, rtol=1e-15)
+
+
+@pytest.mark.parametrize("tupled", [False, True])
+def test_a_negated_leaf_is_read_back_as_the_negation(tupled):
+    """``(v, -v)``, as reverse mode pairs an adjoint with its negation, stores ``v``
+    only, as one output of two or as a tuple element; reads get ``-v``."""
+    from accel.ast import nodes as N
+    from accel.ast.types import ArrayT, TupleT, float64, shape_type
+    from accel.backends import fused
+    from accel.backends.cpu import prepare_kernels
+    from accel.fusion.kernels import KBlock, KernelProgram
+    from accel.fusion.leafprune import prune_leaves
+    x = N.Avar(N.fresh("x"), ArrayT(float64, 1))
+    i = N.Var(N.fresh("i"), shape_type(1))
+    v = N.Var(N.fresh("v"), float64)
+    pair = N.Let(v, N.PrimApp("sin", (N.Index(x, i),)),
+                 N.Tuple((v, N.PrimApp("neg", (v,)))))
+    j = N.Var(N.fresh("j"), shape_type(1))
+    if tupled:
+        p = N.Avar(N.fresh("p"), ArrayT(TupleT((float64, float64)), 1))
+        gen = KGenerate((p,), N.Shape(x), N.Lam((i,), pair))
+        a, b = N.Prj(0, N.Index(p, j)), N.Prj(1, N.Index(p, j))
+    else:
+        p, q = (N.Avar(N.fresh("a"), ArrayT(float64, 1)) for _ in range(2))
+        gen = KGenerate((p, q), N.Shape(x), N.Lam((i,), pair))
+        a, b = N.Index(p, j), N.Index(q, j)
+    out = N.Avar(N.fresh("o"), ArrayT(float64, 1))
+    use = KGenerate((out,), N.Shape(x), N.Lam((j,), N.PrimApp("add", (
+        N.PrimApp("mul", (N.Const(3.0, float64), a)), b))))
+    kp = KernelProgram((x,), KBlock((gen, use), (out,)), out.type)
+    pruned = prune_leaves(kp)
+    (g, _) = pruned.body.steps
+    assert [o.type.elt for o in g.outs] == [float64]
+    xs = np.linspace(0.0, 1.0, 9)
+    want = 2.0 * np.sin(xs)
+    for run in (lambda k: fused.evaluate(k, [xs]), lambda k: prepare_kernels(k)([xs])):
+        np.testing.assert_allclose(run(pruned), want, rtol=1e-15)
+        np.testing.assert_allclose(run(kp), want, rtol=1e-15)

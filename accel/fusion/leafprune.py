@@ -2,7 +2,9 @@
 
 (The same for a generate's separate outputs that are constants or index components:
 the stencil's gradient written with ``generate`` materialised an all-``True`` mask beside
-its adjoint and read it at each of the five neighbours.)
+its adjoint and read it at each of the five neighbours.  And a leaf or output that is
+the negation of another is read back as that negation: reverse mode pairs an adjoint
+with its negation for each subtraction, ``(x, -x)``, and stored both.)
 
 Reverse mode writes the adjoint contributions of a body's reads as ``(value, target,
 keep)`` triples; when the targets are the generate's own index and ``keep`` is
@@ -127,6 +129,13 @@ def _flat(e: N.Exp, t, out: list, tuples: dict) -> bool:
     return all(_flat(N.Prj(k, e), tx, out, tuples) for k, tx in enumerate(t.items))
 
 
+def _negated(e):
+    """``x`` if ``e`` is ``-x``, else None."""
+    if isinstance(e, N.PrimApp) and e.op == "neg":
+        return e.args[0]
+    return None
+
+
 def _plan(s: KGenerate):
     """(pruned step, its output, rewriter of reads) for ``s``, or None."""
     (out,) = s.outs
@@ -145,19 +154,28 @@ def _plan(s: KGenerate):
     tuples = {v.name: b for v, b in lets if isinstance(b, N.Tuple)}
     if not _flat(tail, elt, leaves, tuples):
         return None
-    kinds = []  # per leaf: ("const", Const) | ("index", k) | ("kept", position)
-    kept = []
-    for e in leaves:
+    # per leaf: ("const", Const) | ("index", k) | ("kept", position) | ("neg", position)
+    kinds: list = [None] * len(leaves)
+    kept: list = []
+
+    def keep(pos, e):
+        if e not in kept:  # (the same leaf twice: stored once)
+            kept.append(e)
+        kinds[pos] = ("kept", kept.index(e))
+    for pos, e in enumerate(leaves):
         if isinstance(e, N.Const):
-            kinds.append(("const", e))
+            kinds[pos] = ("const", e)
         elif (isinstance(e, N.Prj) and isinstance(e.tup, N.Var)
               and e.tup.name == ix.name):
-            kinds.append(("index", e.index))
-        elif e in kept:  # the same leaf twice: stored once
-            kinds.append(("kept", kept.index(e)))
-        else:
-            kinds.append(("kept", len(kept)))
-            kept.append(e)
+            kinds[pos] = ("index", e.index)
+        elif _negated(e) is None:
+            keep(pos, e)
+    for pos, e in enumerate(leaves):  # a negated leaf: read back as the negation
+        if kinds[pos] is None:
+            if _negated(e) in kept:
+                kinds[pos] = ("neg", kept.index(_negated(e)))
+            else:
+                keep(pos, e)
     if not kept or len(kept) == len(leaves):
         return None
     body = N.Tuple(tuple(kept)) if len(kept) > 1 else kept[0]
@@ -174,7 +192,8 @@ def _plan(s: KGenerate):
             return v
         if kind == "index":
             return N.Prj(v, j)
-        return N.Prj(v, x) if len(kept) > 1 else x
+        got = N.Prj(v, x) if len(kept) > 1 else x
+        return N.PrimApp("neg", (got,)) if kind == "neg" else got
 
     def rw(n):
         if isinstance(n, N.Index) and n.array.name == out.name:
@@ -204,7 +223,7 @@ def _plan_outs(s: KGenerate):
         tail = tail.body
     if not isinstance(tail, N.Tuple) or len(tail.items) != len(s.outs):
         return None
-    kinds = {}  # dropped output's name -> ("const", Const) | ("index", k)
+    kinds = {}  # dropped output's name -> ("const", Const) | ("index", k) | ("neg", out)
     kept_outs, kept_items = [], []
     for o, e in zip(s.outs, tail.items):
         if isinstance(o.type.elt, TupleT):
@@ -214,6 +233,14 @@ def _plan_outs(s: KGenerate):
             kinds[o.name] = ("const", e)
         elif isinstance(e, N.Prj) and isinstance(e.tup, N.Var) and e.tup.name == ix.name:
             kinds[o.name] = ("index", e.index)
+        elif _negated(e) is None:
+            kept_outs.append(o)
+            kept_items.append(e)
+    for o, e in zip(s.outs, tail.items):  # a negated output: read as the negation
+        if o.name in kinds or any(o is k for k in kept_outs):
+            continue
+        if _negated(e) in kept_items:
+            kinds[o.name] = ("neg", kept_outs[kept_items.index(_negated(e))])
         else:
             kept_outs.append(o)
             kept_items.append(e)
@@ -230,6 +257,8 @@ def _plan_outs(s: KGenerate):
             kind, v = kinds[n.array.name]
             if kind == "const":
                 return v
+            if kind == "neg":
+                return N.PrimApp("neg", (N.Index(v, rw(n.index)),))
             return N.Prj(v, rw(n.index))
         if isinstance(n, N.Shape) and n.array.name in kinds:
             return N.Shape(shape_of)

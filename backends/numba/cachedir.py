@@ -49,8 +49,9 @@ def numba_version() -> str:
     a first call on the NumPy tier needs no numba, ``backends.cpu.tiered``)."""
     import sys
     mod = sys.modules.get("numba")
-    if mod is not None:
-        return mod.__version__
+    v = getattr(mod, "__version__", None)  # (None while another thread imports numba)
+    if v is not None:
+        return v
     try:
         from importlib.metadata import version
         return version("numba")
