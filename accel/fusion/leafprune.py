@@ -129,6 +129,15 @@ def _flat(e: N.Exp, t, out: list, tuples: dict) -> bool:
     return all(_flat(N.Prj(k, e), tx, out, tuples) for k, tx in enumerate(t.items))
 
 
+def _let_chain(e):
+    """``([(var, bound)...], body)`` of the lets around ``e``."""
+    lets = []
+    while isinstance(e, N.Let):
+        lets.append((e.var, e.bound))
+        e = e.body
+    return lets, e
+
+
 def _negated(e):
     """``x`` if ``e`` is ``-x``, else None."""
     if isinstance(e, N.PrimApp) and e.op == "neg":
@@ -143,10 +152,7 @@ def _plan(s: KGenerate):
     if not isinstance(elt, TupleT) or len(s.f.params) != 1:
         return None
     (ix,) = s.f.params
-    lets, tail = [], s.f.body
-    while isinstance(tail, N.Let):
-        lets.append((tail.var, tail.bound))
-        tail = tail.body
+    lets, tail = _let_chain(s.f.body)
     leaves: list = []
     names = {v.name for v, _ in lets} | {ix.name}
     if len(names) != len(lets) + 1:  # (a binder bound twice: scopes would need care)
@@ -217,10 +223,7 @@ def _plan_outs(s: KGenerate):
     if len(s.f.params) != 1:
         return None
     (ix,) = s.f.params
-    lets, tail = [], s.f.body
-    while isinstance(tail, N.Let):
-        lets.append((tail.var, tail.bound))
-        tail = tail.body
+    lets, tail = _let_chain(s.f.body)
     if not isinstance(tail, N.Tuple) or len(tail.items) != len(s.outs):
         return None
     kinds = {}  # dropped output's name -> ("const", Const) | ("index", k) | ("neg", out)
