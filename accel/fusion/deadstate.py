@@ -66,18 +66,6 @@ def _block(b: KBlock) -> KBlock:
     return KBlock(tuple(reversed(out)), b.result)
 
 
-def _slice(b: KBlock, names: set) -> list:
-    """The steps of ``b`` that computing ``names`` needs, in order."""
-    need = set(names)
-    keep = []
-    for s in reversed(b.steps):
-        if any(o.name in need for o in _outs(s)):
-            keep.append(s)
-            need |= step_free(s)
-    keep.reverse()
-    return keep
-
-
 def _awhile(s: KAwhile, later: set):
     """``(steps before, s)``: ``s`` without the components nothing needs and with those
     whose shape only is needed carried as their dimensions (computed from the initial
