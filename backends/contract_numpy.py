@@ -6,10 +6,9 @@ elements, and folding it: for a matrix product that is the ``m x n x k`` array o
 products (an MLP's first layer, 2000 x 256 x 100 doubles, 400 MB and seconds of
 NumPy).  A fold that ``fusion.contraction`` recognises as a (batched) matrix product is
 ``einsum`` of its two operand arrays instead (BLAS through NumPy), scaled by its
-index-free factors and multiplied by its per-element ones, under the same checks the
-cpu backend's BLAS path makes (``backends.cpu.contract.usable``): the operands'
-dimensions equal the extents they are read at, the leading fixed indices are in
-bounds, the guards hold; otherwise the fold runs as before.  Results differ from the
+index-free factors and multiplied by its per-element ones, under the checks the cpu
+backend's BLAS path makes too (``fusion.contraction.fits``); otherwise the fold runs as
+before.  Results differ from the
 source's by floating-point reassociation only, as the compiled kernels' do.
 """
 
@@ -21,7 +20,7 @@ from accel.ast import nodes as N
 from accel.ast.traverse import substitute
 from accel.backends import interpreter as I
 from accel.backends.interpreter_values import ArrayValue
-from accel.fusion.contraction import contraction
+from accel.fusion.contraction import contraction, fits
 from accel.fusion.kernels import KFold
 
 __all__ = ["matrix_product", "product_of"]
@@ -45,19 +44,18 @@ def matrix_product(s: KFold, aenv: dict) -> ArrayValue | None:
     c = product_of(s)
     if c is None:
         return None
-    shape = tuple(int(x[0]) for x in I.eval_scalar(s.shape, aenv))
-    ext = shape + (int(I.eval_scalar(s.n, aenv)[0]),)
-    ops = []
-    for arr, axes, fixed in ((c.a, c.a_axes, c.a_fixed), (c.b, c.b_axes, c.b_fixed)):
-        v = aenv[arr.name]
-        at = tuple(int(I.eval_scalar(f, aenv)[0]) for f in fixed)
-        if (v.shape[len(fixed):] != tuple(ext[a] for a in axes)
-                or not all(0 <= i < d for i, d in zip(at, v.shape))):
-            return None
-        ops.append(np.asarray(v.data).reshape(v.shape)[at])
-    for d, x in c.guards:
-        if ext[d] > int(I.eval_scalar(x, aenv)[0]):
-            return None
+
+    def ev(e):  # an index-free term: a tuple of ints (a shape) or a number
+        v = I.eval_scalar(e, aenv)
+        return tuple(int(x[0]) for x in v) if isinstance(v, tuple) else v[0]
+
+    shape = ev(s.shape)
+    ext = shape + (int(ev(s.n)),)
+    if not fits(c, ext, ev):
+        return None
+    ops = [np.asarray(aenv[arr.name].data).reshape(aenv[arr.name].shape)[
+               tuple(int(ev(f)) for f in fixed)]
+           for arr, fixed in ((c.a, c.a_fixed), (c.b, c.b_fixed))]
     letters = "abcdefghijklmnopqrstuvwxyz"
     rank = len(shape)
     spec = (f"{''.join(letters[a] for a in c.a_axes)},{''.join(letters[a] for a in c.b_axes)}"
@@ -65,7 +63,7 @@ def matrix_product(s: KFold, aenv: dict) -> ArrayValue | None:
     dt = s.out.type.elt.dtype
     out = np.einsum(spec, *ops, optimize=True)
     for e in c.scale:
-        out = out * I.eval_scalar(e, aenv)[0]
+        out = out * ev(e)
     if c.post:
         q = N.Var(N.fresh("i"), s.shape.type)  # the output's index; the folded one at 0
         point = N.Tuple(tuple(N.Prj(k, q) for k in range(rank))

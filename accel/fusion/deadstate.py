@@ -34,8 +34,8 @@ from ..ast.types import ArrayT, int64, shape_type
 from ..simplify.rounds import tidy
 from .horizontal import merge_generates
 from .inplace import step_free
-from .kernels import (KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate, KPermute, KUse,
-                      step_outs)
+from .kernels import (LOOP_STEPS, KAcond, KAwhile, KBlock, KernelProgram, KFold, KGenerate,
+                      KPermute, KUse, step_outs)
 
 __all__ = ["drop_dead_state"]
 
@@ -182,13 +182,14 @@ def _reads(*exps):
 
 
 def _step_reads(s):
-    if isinstance(s, KGenerate):
-        return _reads(s.shape, s.f)
-    if isinstance(s, KFold):
-        return _reads(s.shape, s.n, s.f, s.z, s.src)
-    if isinstance(s, KPermute) and s.into is None:
-        return _reads(s.out_shape, s.defaults, s.shape, s.target, s.value, s.comb)
-    return set(step_free(s)), set()  # (scans, loops, conditionals: every read whole)
+    if isinstance(s, LOOP_STEPS) and getattr(s, "into", None) is None:
+        return _reads(*_terms(s))
+    return set(step_free(s)), set()  # (loops, conditionals, in-place: every read whole)
+
+
+def _terms(s) -> list:
+    """The shape terms and functions of a loop step."""
+    return [v for v in vars(s).values() if isinstance(v, (N.Exp, N.Lam))]
 
 
 def _block_reads(b: KBlock):
@@ -225,13 +226,7 @@ class _Shapes:
         return map_children(e, self)
 
     def step(self, s):
-        if isinstance(s, KGenerate):
-            return replace(s, shape=self(s.shape), f=self(s.f))
-        if isinstance(s, KFold):
-            return replace(s, shape=self(s.shape), n=self(s.n), f=self(s.f),
-                           z=None if s.z is None else self(s.z), src=self(s.src))
-        if isinstance(s, KPermute):
-            return replace(s, out_shape=self(s.out_shape), defaults=self(s.defaults),
-                           shape=self(s.shape), target=self(s.target), value=self(s.value),
-                           comb=self(s.comb))
+        if isinstance(s, LOOP_STEPS):
+            return type(s)(**{f: self(v) if isinstance(v, (N.Exp, N.Lam)) else v
+                              for f, v in vars(s).items()})
         return s  # (its reads are whole: no sized parameter or dropped step among them)

@@ -33,7 +33,7 @@ from accel.ast import nodes as N
 from accel.ast.types import int64
 from accel.backends.numba.kernelgen import at
 from accel.backends.numba.trees import flat
-from accel.fusion.contraction import Contraction, product
+from accel.fusion.contraction import Contraction, fits, product
 from accel.fusion.kernels import KFold
 
 from .emitter import KernelGen
@@ -247,15 +247,8 @@ def usable(c: Contraction, shape: tuple, n: int, ev) -> int | None:
     """The number of ``mm`` tasks if BLAS computes the fold for these extents (see the
     module docstring), else None."""
     ext = tuple(shape) + (n,)
-    for sh, axes, fixed in zip(c.shapes, (c.a_axes, c.b_axes), (c.a_fixed, c.b_fixed)):
-        dims = tuple(int(d) for d in ev(sh))
-        if dims[len(fixed):] != tuple(ext[a] for a in axes):
-            return None
-        if not all(0 <= int(ev(f)) < d for f, d in zip(fixed, dims)):
-            return None  # the fold's own phases read (and check, if asked) out of bounds
-    for d, x in c.guards:
-        if ext[d] > int(ev(x)):
-            return None
+    if not fits(c, ext, ev):
+        return None
     p, q, _ = roles(c, len(shape))
     batches = ext[c.batch] if c.batch is not None else 1
     work = ext[p] * (ext[q] if q is not None else 1) * n
