@@ -64,24 +64,22 @@ def fast_comb(lam: N.Lam):
 
 # --------------------------------------------------------------------------- positions
 
-#: Every array position is masked with this: a no-op on the (in-bounds, so non-negative)
-#: positions the generated code computes, which tells LLVM that numba's negative-index
-#: wrap-around never applies (its select costs up to 2x in memory-bound loops).
-NONNEG = "0x7FFFFFFFFFFFFFFF"
-
 #: An index atom ``(v + c)``: row c of a block of rows starting at index v.
 SHIFTED = re.compile(r"\((\w+) \+ (\d+)\)")
-_ROW_PLUS = re.compile(r"(\w+) \+ (\d+)")
 
 
 def at(buf: str, pos: str) -> str:
-    """``buf[pos]`` for a position known to be non-negative."""
+    """``buf[pos]`` for a position known to be non-negative.
+
+    The position is converted to ``uint64``: numba wraps a negative signed index around
+    (a compare and select per access, up to 2x in memory-bound loops) but not an
+    unsigned one, and the conversion is free.  Unlike masking the position's sign bit
+    (``pos & 0x7FF..F``, used before), it keeps ``base + k`` visible to LLVM, so reads
+    of consecutive positions in a block of rows or columns load as vectors: a 2-D
+    convolution's 16-column block measured 3.2 -> 0.5 ms with it."""
     if pos.isdigit():
         return f"{buf}[{pos}]"
-    shifted = _ROW_PLUS.fullmatch(pos)
-    if shifted:  # row t of a block: a shared offset plus t (consecutive, vector stores)
-        return f"{buf}[({shifted.group(1)} & {NONNEG}) + {shifted.group(2)}]"
-    return f"{buf}[({pos}) & {NONNEG}]"
+    return f"{buf}[np.uint64({pos})]"
 
 
 @dataclass
@@ -294,13 +292,13 @@ class ScalarEmitter(PrimEmitter):
         shifted = SHIFTED.fullmatch(ix[-1]) if ix else None
         if shifted:  # a row of a block: the block's offset plus a constant
             off = self.offset(ix[:-1] + [shifted.group(1)], arr.dims)
-            pos = f"(({off}) & {NONNEG}) + {shifted.group(2)}"
+            off = f"{off} + {shifted.group(2)}"
         else:
             off = self.offset(ix, arr.dims)
         out = []
         for b in arr.leaves:
             n = self.fresh("v")
-            self.emit(f"{n} = {b}[{pos}]" if shifted else f"{n} = {at(b, off)}")
+            self.emit(f"{n} = {self.load(b, off)}")
             out.append(n)
         return out
 
