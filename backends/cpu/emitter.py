@@ -55,7 +55,17 @@ import numpy as np
 from numba import prange  # noqa: F401
 from numba import types as _nbt
 from numba.core.extending import intrinsic as _intrinsic
-''' + mathlib.SOURCE
+''' + mathlib.SOURCE + '''
+
+@_intrinsic
+def _select(typingctx, c, a, b):
+    """``a if c else b`` as one LLVM ``select``, both computed (``kernelgen.speculable``)."""
+    if a != b or not isinstance(c, _nbt.Boolean):
+        return None
+    def codegen(context, builder, signature, args):
+        return builder.select(args[0], args[1], args[2])
+    return a(c, a, b), codegen
+'''
 
 _NP_UNARY = {"sin": "np.sin", "cos": "np.cos", "tan": "np.tan", "asin": "np.arcsin",
              "acos": "np.arccos", "atan": "np.arctan", "sinh": "np.sinh", "cosh": "np.cosh",
@@ -67,6 +77,8 @@ _NP_UNARY = {"sin": "np.sin", "cos": "np.cos", "tan": "np.tan", "asin": "np.arcs
 class KernelGen(ScalarEmitter):
     """Builds the functions of one step: shared arguments (work buffers, the arrays read,
     ``shp``, ``err``), a prologue reading ``shp``, and one body per function."""
+
+    SELECT = True  # ``HEADER`` defines ``_select``
 
     def __init__(self, check_bounds: bool):
         super().__init__(check_bounds)

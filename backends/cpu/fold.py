@@ -35,7 +35,7 @@ from accel.fusion.contraction import contraction
 from accel.fusion.kernels import KFold
 from accel.simplify.rounds import tidy
 
-from . import contract
+from . import contract, intervals
 from .branches import FALSE, TRUE, decide, index_branch
 from .unravel import counted
 from .emitter import (PAR_TASKS_PER_THREAD, KernelGen, chunk_task, count_ops, increment,
@@ -122,8 +122,7 @@ def emit(s: KFold, check: bool):
     g.store(parts, tk, tuple(acc))
     # rows in blocks (each block's element functions emitted up to 16 times: only
     # for small ones), by rows or interchanged (see outer_major)
-    ops, loops = count_ops(s.src, s.f)
-    blocked = len(dims) > 0 and ops + loops <= FOLD_BLOCK_MAX_OPS and len(ts) <= 4
+    blocked = len(dims) > 0 and _block_ops(s) <= FOLD_BLOCK_MAX_OPS and len(ts) <= 4
     outer = blocked and outer_major(s)
     if outer:
         _fold_interchanged(g, s, dims, outs, m, n)
@@ -144,6 +143,19 @@ def emit(s: KFold, check: bool):
     g.ind -= 1
     g.store(outs, r, tuple(acc))
     return g, {"outer": outer, "blocked": blocked, "contract": product}
+
+
+def _block_ops(s: KFold) -> int:
+    """The operations of an element of a block of rows: of the source with its guard
+    decided when bounds may decide it (``intervals``), as they do for the blocks away
+    from the borders (the window guard of a convolution's adjoint, 53 operations
+    guarded, is 10 without)."""
+    src = s.src
+    found = intervals.guard(src)
+    if found is not None:
+        src = tidy(decide(src, found[0], TRUE))
+    ops, loops = count_ops(src, s.f)
+    return ops + loops
 
 
 def _calls_mathlib(e) -> bool:
@@ -261,16 +273,18 @@ def _fold_lanes(g: KernelGen, s: KFold, acc: list, ts: list, ix: list, st: str,
     g.ind -= 1
 
 
-def _inner_loop(g: KernelGen, s: KFold, rank: int, start: str, end: str, step) -> None:
+def _inner_loop(g: KernelGen, s: KFold, rank: int, start: str, end: str, step,
+                positive: bool = False) -> None:
     """The loop ``for j in range(start, end)`` of a fold, ``step(src, j)`` emitting its
     body for the source function ``src``; ``j // c`` and ``j % c`` of the source follow
-    ``j`` by counters (``unravel``) when every divisor is positive at run time."""
+    ``j`` by counters (``unravel``) when every divisor is positive at run time (known to
+    be with ``positive``: no divided loop for the other case)."""
     unravelled = counted(s.src, rank)
     j = g.fresh("j")
     if unravelled is not None:
         body, divs = unravelled
         ds = [flat(g.exp(d))[0] for d, _, _ in divs]
-        g.emit(f"if {' and '.join(f'{d} > 0' for d in ds)}:")
+        g.emit(f"if {' and '.join(f'{d} > 0' for d in ds)}:" if not positive else "if True:")
         g.ind += 1
         olds = []
         for d, (_, q, rv) in zip(ds, divs):
@@ -288,6 +302,8 @@ def _inner_loop(g: KernelGen, s: KFold, rank: int, start: str, end: str, step) -
             g.emit(f"    {qa} += 1")
         g.unbind(olds)
         g.ind -= 2
+        if positive:
+            return
         g.emit("else:")
         g.ind += 1
     g.loop(j, f"range({start}, {end})")
@@ -320,20 +336,37 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
     variables; for sums of outer products (``plane_blocked``), ``FOLD_PLANES`` rows of
     the dimension before the last too (``_plane_block``), wherever the range holds them
     whole.  ``jlo`` None: whole rows, from the seed (or element 0); else the
-    accumulators continue from the rows' values in the output."""
+    accumulators continue from the rows' values in the output.  A guard around the
+    source that bounds over a block's indices can decide (``intervals``: a window's
+    border test) is decided for the blocks whose bounds prove it; the other rows are
+    folded one at a time with it (a block of 16 guarded rows compiled for minutes)."""
     r = g.fresh("r")
     pre, last = ix[:-1], ix[-1]
     rank = len(dims)
     branch = index_branch(s.src, range(rank))
     uniform = _uniform_rows(g, branch, rank)
+    boxed = intervals.guard(s.src) if branch is None else None
     g.emit(f"{r} = {first}")
     g.emit(f"while {r} < {end}:")
     g.ind += 1
-    planes = plane_blocked(s)
+    if boxed is not None:  # the blocks whose bounds prove the guard fold without it
+        proofs = {w: intervals.holds(g, s.src.params[0], boxed[0], boxed[1], intervals.row_box(
+            [pre + [last if t == 0 else f"({last} + {t})"] for t in range(w)])
+            + [(jlo or "0", f"{jhi} - 1")]) for w in FOLD_WIDTHS if w > 1}
+        if None in proofs.values():
+            boxed = None
+        else:
+            guarded, s = s, replace(s, src=tidy(decide(s.src, boxed[0], TRUE)))
+    # blocks count quotients and remainders by positive divisors (``unravel``); rows of
+    # a source dividing by anything else go one at a time (16 rows of divided loop
+    # compiled for a minute, for a case sizes never make)
+    unr = counted(s.src, rank)
+    pos = "".join(f" and {flat(g.exp(d))[0]} > 0" for d, _, _ in unr[1]) if unr else ""
+    planes = plane_blocked(s) and boxed is None
     if planes:  # FOLD_PLANES whole rows of the last dimension at a time, when they are here
         h, d, ip = FOLD_PLANES, dims[-1], ix[-2]
         g.emit(f"if {last} == 0 and {end} - {r} >= {h} * {d} and {dims[-2]} - {ip} >= {h}"
-               f"{uniform(rank - 2, ip, h)}{uniform(rank - 1, '0', d)}:")
+               f"{uniform(rank - 2, ip, h)}{uniform(rank - 1, '0', d)}{pos}:")
         g.ind += 1
         c = g.fresh("c")
         g.emit(f"{c} = 0")
@@ -352,19 +385,23 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
         g.emit(f"{last} = {d}")
         g.ind -= 1
     for width in FOLD_WIDTHS:
+        proof = f" and {proofs[width]}" if boxed is not None and width > 1 else ""
+        proof += pos if width > 1 else ""
         if width == FOLD_WIDTHS[0]:
             g.emit(f"{'elif' if planes else 'if'} {end} - {r} >= {width} and "
-                   f"{dims[-1]} - {last} >= {width}{uniform(rank - 1, last, width)}:")
+                   f"{dims[-1]} - {last} >= {width}{uniform(rank - 1, last, width)}{proof}:")
         elif width > 1:
             g.emit(f"elif {end} - {r} >= {width} and {dims[-1]} - {last} >= {width}"
-                   f"{uniform(rank - 1, last, width)}:")
+                   f"{uniform(rank - 1, last, width)}{proof}:")
         else:
             g.emit("else:")
         g.ind += 1
         # row t's last index is the atom ``(last + t)``: its reads are at a shared
-        # offset plus t (``KernelGen.read``), consecutive loads that SLP vectorizes
-        _fold_rows(g, s, outs, [(f"{r} + {t}", pre + [last if t == 0 else f"({last} + {t})"])
-                                for t in range(width)], jlo, jhi, branch)
+        # offset plus t (``KernelGen.read``), consecutive loads that SLP vectorizes;
+        # with a guard the blocks' bounds did not prove, one row at a time, guarded
+        _fold_rows(g, guarded if boxed is not None and width == 1 else s, outs,
+                   [(f"{r} + {t}", pre + [last if t == 0 else f"({last} + {t})"])
+                    for t in range(width)], jlo, jhi, branch, positive=width > 1)
         g.emit(f"{r} += {width}")
         g.emit(f"{last} += {width}")
         g.ind -= 1
@@ -414,17 +451,17 @@ def _plane_block(g: KernelGen, s: KFold, outs: list, r: str, ix: list, d: str, c
         plane = ip if u == 0 else f"({ip} + {u})"
         rows += [(f"{p} + {t}", pre + [plane, c if t == 0 else f"({c} + {t})"])
                  for t in range(width)]
-    _fold_rows(g, s, outs, rows, jlo, jhi, branch)
+    _fold_rows(g, s, outs, rows, jlo, jhi, branch, positive=True)
 
 
 def _fold_rows(g: KernelGen, s: KFold, outs: list, rows: list, jlo: str | None,
-               jhi: str, branch=None) -> None:
+               jhi: str, branch=None, positive: bool = False) -> None:
     """Fold the block ``rows`` ((output position, multi-index atoms) per row) over ``j``
     in ``jlo .. jhi-1`` with their accumulators in variables, one loop over ``j`` for
     all of them.  ``jlo`` None: from the seed (or element 0); else from the rows'
     values in the output.  ``branch`` (``index_branch`` on a row index, going the same
     way for all the rows): the block is folded with it decided, as its first row's
-    test says."""
+    test says.  ``positive``: the source's divisors (``unravel``) are known positive."""
     if branch is not None:
         test = branch[0]
         p = s.src.params
@@ -432,7 +469,7 @@ def _fold_rows(g: KernelGen, s: KFold, outs: list, rows: list, jlo: str | None,
         for value in (TRUE, FALSE):
             g.ind += 1
             decided = replace(s, src=tidy(decide(s.src, test, value)))
-            _fold_rows(g, decided, outs, rows, jlo, jhi)
+            _fold_rows(g, decided, outs, rows, jlo, jhi, positive=positive)
             g.ind -= 1
             if value is TRUE:
                 g.emit("else:")
@@ -457,7 +494,7 @@ def _fold_rows(g: KernelGen, s: KFold, outs: list, rows: list, jlo: str | None,
         for acc, (_, row) in zip(accs, rows):
             x = g.apply(src, (tuple(row + [j]),))
             g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
-    _inner_loop(g, s, len(rows[0][1]), start, jhi, step)
+    _inner_loop(g, s, len(rows[0][1]), start, jhi, step, positive)
     for acc, (pos, _) in zip(accs, rows):
         g.store(outs, pos, tuple(acc))
 
