@@ -87,3 +87,48 @@ def test_divisions_in_blocks_of_rows(rows, divisor):
         finally:
             unravel.ENABLED = True
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["add", "max", "min", "mul"])
+@pytest.mark.parametrize("divisor", [1, 3, 4, 7, 509, 0, -3])
+def test_long_rows_dividing_the_index_fold_by_segments(op, divisor):
+    """Few long rows whose source reads a flattened window ``(j // d, j % d)`` fold each
+    chunk segment by segment in lanes (``fold._fold_segments``): divisors shorter than
+    the lanes, a remainder wrapping inside a chunk, chunks starting mid-segment (64 per
+    row), float and integer elements; divisors that are not positive keep the counted
+    chain (``j // 0`` is 0).  Compared with NumPy, exactly for integers."""
+    n = 150_000  # 64 chunks a row of 2,343 elements: lanes from FOLD_LANE_MIN (1,024)
+    x = RNG.standard_normal((3, n))
+    ints = np.arange(3 * n, dtype=np.int64).reshape(3, n) % 11 - 5
+
+    def pick(a, b):
+        return {"add": a + b, "max": A.max(a, b), "min": A.min(a, b), "mul": a * b}[op]
+
+    def f(x, k):
+        def elt(ix):
+            j = ix[1]
+            q, r = j // divisor, j % divisor
+            v = x[ix[0], j] * A.to_float(q % 5 + 1) - A.to_float(r % 3)
+            return 1.0 + 1e-5 * v if op == "mul" else v
+        return A.fold(pick, {"add": 0.0, "max": -1e300, "min": 1e300, "mul": 1.0}[op],
+                      A.generate(x.shape, elt))
+
+    def g(k):
+        def elt(ix):
+            j = ix[1]
+            return k[ix[0], j] * ((j // divisor) % 5 + 1) - (j % divisor) % 3
+        return A.fold(pick, {"add": 0, "max": -(1 << 62), "min": 1 << 62, "mul": 1}[op],
+                      A.generate(k.shape, elt))
+
+    j = np.arange(n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(divisor == 0, 0, j // (divisor or 1))
+        r = np.where(divisor == 0, 0, j % (divisor or 1))
+    elts = x * ((q % 5) + 1) - (r % 3)
+    elts = 1.0 + 1e-5 * elts if op == "mul" else elts
+    ielts = ints * ((q % 5) + 1) - (r % 3)
+    reduce = {"add": np.sum, "max": np.max, "min": np.min, "mul": np.prod}[op]
+    np.testing.assert_allclose(A.run(f, x, ints, backend="cpu"), reduce(elts, axis=1),
+                               rtol=1e-10, atol=1e-9)
+    if op != "mul":  # (integer products overflow)
+        np.testing.assert_array_equal(A.run(g, ints, backend="cpu"), reduce(ielts, axis=1))
