@@ -90,13 +90,13 @@ def test_divisions_in_blocks_of_rows(rows, divisor):
 
 
 @pytest.mark.parametrize("op", ["add", "max", "min", "mul"])
-@pytest.mark.parametrize("divisor", [1, 3, 4, 7, 509, 0, -3])
-def test_long_rows_dividing_the_index_fold_by_segments(op, divisor):
+def test_long_rows_dividing_the_index_fold_by_segments(op):
     """Few long rows whose source reads a flattened window ``(j // d, j % d)`` fold each
     chunk segment by segment in lanes (``fold._fold_segments``): divisors shorter than
     the lanes, a remainder wrapping inside a chunk, chunks starting mid-segment (64 per
     row), float and integer elements; divisors that are not positive keep the counted
-    chain (``j // 0`` is 0).  Compared with NumPy, exactly for integers."""
+    chain (``j // 0`` is 0).  Compared with NumPy, exactly for integers.  The divisor is
+    read from an array, so each program compiles once for all of them."""
     n = 150_000  # 64 chunks a row of 2,343 elements: lanes from FOLD_LANE_MIN (1,024)
     x = RNG.standard_normal((3, n))
     ints = np.arange(3 * n, dtype=np.int64).reshape(3, n) % 11 - 5
@@ -104,31 +104,32 @@ def test_long_rows_dividing_the_index_fold_by_segments(op, divisor):
     def pick(a, b):
         return {"add": a + b, "max": A.max(a, b), "min": A.min(a, b), "mul": a * b}[op]
 
-    def f(x, k):
+    def f(x, d):
         def elt(ix):
             j = ix[1]
-            q, r = j // divisor, j % divisor
+            q, r = j // d[0], j % d[0]
             v = x[ix[0], j] * A.to_float(q % 5 + 1) - A.to_float(r % 3)
             return 1.0 + 1e-5 * v if op == "mul" else v
         return A.fold(pick, {"add": 0.0, "max": -1e300, "min": 1e300, "mul": 1.0}[op],
                       A.generate(x.shape, elt))
 
-    def g(k):
+    def g(k, d):
         def elt(ix):
             j = ix[1]
-            return k[ix[0], j] * ((j // divisor) % 5 + 1) - (j % divisor) % 3
+            return k[ix[0], j] * ((j // d[0]) % 5 + 1) - (j % d[0]) % 3
         return A.fold(pick, {"add": 0, "max": -(1 << 62), "min": 1 << 62, "mul": 1}[op],
                       A.generate(k.shape, elt))
 
-    j = np.arange(n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.where(divisor == 0, 0, j // (divisor or 1))
-        r = np.where(divisor == 0, 0, j % (divisor or 1))
-    elts = x * ((q % 5) + 1) - (r % 3)
-    elts = 1.0 + 1e-5 * elts if op == "mul" else elts
-    ielts = ints * ((q % 5) + 1) - (r % 3)
+    cf, cg = A.compile(f, backend="cpu"), A.compile(g, backend="cpu")
     reduce = {"add": np.sum, "max": np.max, "min": np.min, "mul": np.prod}[op]
-    np.testing.assert_allclose(A.run(f, x, ints, backend="cpu"), reduce(elts, axis=1),
-                               rtol=1e-10, atol=1e-9)
-    if op != "mul":  # (integer products overflow)
-        np.testing.assert_array_equal(A.run(g, ints, backend="cpu"), reduce(ielts, axis=1))
+    j = np.arange(n)
+    for divisor in (1, 3, 4, 7, 509, 0, -3):
+        d = np.array([divisor], dtype=np.int64)
+        q = j // divisor if divisor else np.zeros_like(j)
+        r = j % divisor if divisor else np.zeros_like(j)
+        elts = x * ((q % 5) + 1) - (r % 3)
+        elts = 1.0 + 1e-5 * elts if op == "mul" else elts
+        np.testing.assert_allclose(cf(x, d), reduce(elts, axis=1), rtol=1e-10, atol=1e-9)
+        if op != "mul":  # (integer products overflow)
+            np.testing.assert_array_equal(cg(ints, d),
+                                          reduce(ints * ((q % 5) + 1) - (r % 3), axis=1))
