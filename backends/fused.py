@@ -16,11 +16,13 @@ import numpy as np
 
 from accel.ast import nodes as N
 from accel.ast.trees import tree_like
-from accel.ast.types import ArrayT, int64
+from accel.ast.patterns import scalar_binop
+from accel.ast.types import ArrayT, int64, shape_type
 from accel.backends import interpreter as I
 from accel.backends.contract_numpy import matrix_product
 from accel.backends.interpreter_values import ArrayValue, from_input, to_output
 from accel.errors import OutOfMemoryError, ShapeError
+from accel.fusion.fuse import apply
 from accel.fusion.kernels import (LOOP_STEPS, KAcond, KAwhile, KBlock, KernelProgram, KFold,
                                   KGenerate, KPermute, KScan, KUse, count_loops,
                                   show_kernel_program, step_label)
@@ -126,9 +128,68 @@ def _reduce_rows(s, aenv: dict, shape: N.Exp, src: N.Lam):
     try:
         if isinstance(s, KFold):
             return I.eval_array(N.Fold(s.f, s.z, src_var), aenv)
+        n = aenv[src_var.name].shape[-1]
+        if n + (s.z is not None) >= SCAN_DOUBLING_MIN and scalar_binop(s.f, _ONE_UFUNC) is None:
+            return scan_by_doubling(s, src_var, aenv)
         return I.eval_array(N.Scan(s.f, s.z, src_var, s.left), aenv)
     finally:
         del aenv[src_var.name]
+
+
+#: Rows from this length scan by doubling (``scan_by_doubling``) when the combination is
+#: not one NumPy ufunc: the interpreter's scan then steps along the rows one element at a
+#: time, each step a vectorised evaluation of the combination paying its Python overhead
+#: (the reverse scan of a cumulative sum's gradient, over 10^6 pairs: about a minute).
+SCAN_DOUBLING_MIN = 64
+_ONE_UFUNC = ("add", "mul", "max", "min")  # combinations the interpreter scans at once
+
+
+def scan_by_doubling(s: KScan, src: N.Avar, aenv: dict):
+    """The scan of the materialised source ``src`` (rows along its last dimension) in
+    ``ceil(log2 L)`` vectorised steps over whole rows (Hillis and Steele): step ``d``
+    combines each element with the one ``d`` before it (``d`` after, scanning right),
+    so after it each holds the combination of up to ``2d`` elements.  The combination is
+    associative (the language's contract for scans), so the result is the sequential
+    scan's up to floating-point reassociation, as the compiled kernels' chunked scans
+    are.  The seed, when there is one, is the first element (last, scanning right)."""
+    v = aenv[src.name]
+    rank = len(v.shape)
+    n = v.shape[-1]
+    length = n + (s.z is not None)
+    shape = N.Tuple(tuple(N.Const(x, int64) for x in v.shape[:-1] + (length,)))
+    ix = N.Var(N.fresh("i"), shape_type(rank))
+
+    def at(a: N.Avar, shift: int):
+        last = N.Prj(rank - 1, ix)
+        if shift:
+            last = N.PrimApp("add", (last, N.Const(shift, int64)))
+        return N.Index(a, N.Tuple(tuple(N.Prj(k, ix) for k in range(rank - 1)) + (last,)))
+
+    def last_is(op: str, bound: int):
+        return N.PrimApp(op, (N.Prj(rank - 1, ix), N.Const(bound, int64)))
+
+    cur = N.Avar(N.fresh("k"), src.type)
+    if s.z is None:
+        aenv[cur.name] = v
+    elif s.left:  # [z] ++ row
+        aenv[cur.name] = I.eval_array(N.Generate(shape, N.Lam((ix,), N.Cond(
+            last_is("eq", 0), s.z, at(src, -1)))), aenv)
+    else:  # row ++ [z]
+        aenv[cur.name] = I.eval_array(N.Generate(shape, N.Lam((ix,), N.Cond(
+            last_is("eq", n), s.z, at(src, 0)))), aenv)
+    try:
+        d = 1
+        while d < length:
+            if s.left:
+                step = N.Cond(last_is("ge", d), apply(s.f, (at(cur, -d), at(cur, 0))), at(cur, 0))
+            else:
+                step = N.Cond(last_is("lt", length - d), apply(s.f, (at(cur, 0), at(cur, d))),
+                              at(cur, 0))
+            aenv[cur.name] = I.eval_array(N.Generate(shape, N.Lam((ix,), step)), aenv)
+            d *= 2
+        return aenv[cur.name]
+    finally:
+        del aenv[cur.name]
 
 
 def _concat(parts: list):

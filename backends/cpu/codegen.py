@@ -44,13 +44,13 @@ gives the same module and the same cache entries.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from accel.ast.traverse import recursion_headroom
 from accel.backends.numba.kernelgen import StepTexts, loop_steps
 from accel.fusion.kernels import KBlock, KFold, KGenerate, KPermute, KScan
 
-from . import fold, fpmode, generate as generate_step, permute, scan
+from . import fold, fpmode, generate as generate_step, permute, scan, versions
 from .emitter import HEADER, step_weight
 from .plan import KernelPlan
 
@@ -83,12 +83,24 @@ def _generate(body: KBlock, check_bounds: bool) -> Module:
     texts = StepTexts()  # identical steps share their functions
     mod = Module("")
     for s in loop_steps(body, STEPS, "cpu"):
-        g, extra = STEPS[type(s)].emit(s, check_bounds)
-        name = texts.add("\n\n".join(g.texts("KERNEL", flush)), _rename)
-        mod.plans[id(s)] = KernelPlan(s, name, list(g.array_order), list(g.layout),
-                                      list(g.sites), extra.get("fast"),
-                                      extra.get("chunked", False), list(g.parallel),
-                                      step_weight(s), extra.get("outer", False),
-                                      extra.get("blocked", False), extra.get("contract"))
+        tests = versions.size_tests(s)
+        if not tests:
+            mod.plans[id(s)] = _plan(s, texts, check_bounds, flush)
+            continue
+        # one kernel set per outcome of the size tests; the host picks (``versions``)
+        choices = tuple((values, _plan(versions.decided(s, tests, values), texts,
+                                       check_bounds, flush))
+                        for values in versions.outcomes(tests))
+        mod.plans[id(s)] = replace(choices[0][1], tests=tuple(tests), choices=choices)
     mod.source = texts.module(HEADER + (fpmode.SOURCE if flush else ""))
     return mod
+
+
+def _plan(s, texts: StepTexts, check_bounds: bool, flush: bool) -> KernelPlan:
+    """Emit the kernels of loop step ``s`` into ``texts``; their plan."""
+    g, extra = STEPS[type(s)].emit(s, check_bounds)
+    name = texts.add("\n\n".join(g.texts("KERNEL", flush)), _rename)
+    return KernelPlan(s, name, list(g.array_order), list(g.layout), list(g.sites),
+                      extra.get("fast"), extra.get("chunked", False), list(g.parallel),
+                      step_weight(s), extra.get("outer", False), extra.get("blocked", False),
+                      extra.get("contract"))

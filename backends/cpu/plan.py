@@ -46,6 +46,22 @@ class KernelPlan:
     outer: bool = False  # the fold has the interchanged phase (see ``fold``)
     blocked: bool = False  # the fold has the phase of blocks of rows
     contract: object = None  # the fold's ``Contraction``: it has phase ``mm`` (BLAS)
+    # tests of sizes alone the step's kernels are specialised on (``versions``), and
+    # ((truth values, plan of the step with the tests decided), ...): ``choose`` picks
+    tests: tuple = ()
+    choices: tuple = ()
+
+
+def choose(plan: KernelPlan, ev) -> KernelPlan:
+    """The plan to launch: ``plan``, or the one of its ``choices`` whose truth values
+    the size tests have now (``ev`` evaluates them on the host, logging its reads)."""
+    if not plan.tests:
+        return plan
+    values = tuple(bool(ev(t)) for t in plan.tests)
+    for vals, p in plan.choices:
+        if vals == values:
+            return p
+    raise AssertionError("versions.outcomes covers every assignment")
 
 
 @dataclass

@@ -49,7 +49,8 @@ from accel.backends.numba.kernelgen import ERR_SIZE
 from accel.backends.numba.trees import rebuild
 
 from . import codegen, compilelog
-from .plan import StepCall, calls as launch_calls, entry_point, guard_key, guards, guards_hold
+from .plan import (StepCall, calls as launch_calls, choose, entry_point, guard_key, guards,
+                   guards_hold)
 from .straight import StraightLine, eligible
 from .transpose import transpose_reads
 from .vectorize import compile_as_kernels
@@ -228,13 +229,15 @@ _POOL_REFS = _pool_refs()
 class Runner:
     """A kernel program compiled for the CPU: ``runner(args)`` runs it."""
 
-    def __init__(self, kp: KernelProgram, check_bounds: bool = False, rewritten: bool = False):
+    def __init__(self, kp: KernelProgram, check_bounds: bool = False, rewritten: bool = False,
+                 gen: codegen.Module | None = None):
         # ``rewritten``: ``kp`` is another runner's ``.kp`` (its reads already transposed;
-        # the compile worker gets it so, as the rewrite's fresh names differ by process)
+        # the compile worker gets it so, as the rewrite's fresh names differ by process);
+        # ``gen``: its generated module when the caller has made it already (``tiered``)
         self.kp = kp = kp if rewritten else transpose_reads(kp)
         self.check_bounds = bool(check_bounds)
         t0 = time.perf_counter()
-        self.gen = codegen.generate(kp.body, self.check_bounds)
+        self.gen = gen if gen is not None else codegen.generate(kp.body, self.check_bounds)
         t1 = time.perf_counter()
         self.module = cache.load(self.gen.source)
         compile_as_kernels(self.module)
@@ -479,11 +482,11 @@ class Runner:
 
     def _plan(self, s, env: dict) -> "StepCall":
         """Evaluate a loop step's host expressions and decide its launches."""
-        plan = self.gen.plans[id(s)]
         self._planned += 1
         log: list = []
         ev = _Memo(self, env, log)
-        launch = codegen.STEPS[type(s)].launch(s, plan, ev)
+        plan = choose(self.gen.plans[id(s)], ev)
+        launch = codegen.STEPS[type(s)].launch(plan.step, plan, ev)
         shape, size, outs, work, vals = (launch.shape, launch.size, launch.outs, launch.work,
                                          launch.vals)
         check_allocatable("cpu backend", step_label(s), outs[0][0], step_elt(s))

@@ -18,12 +18,13 @@ computes its shape's elements; a ``KFold`` that is a matrix product costs its
 multiply-adds (``SECONDS_PER_PRODUCT_TERM``: one ``einsum``), any other
 ``KFold``/``KScan`` its whole source (shape ++ n) and
 the combination as often (one NumPy reduction when it is ``+``, ``*``, ``max`` or
-``min``; else the evaluator loops along the rows: ``n`` steps of the combination over
-every row at once, each paying the per-node overhead, which made a 0.3 s estimate of
-a long scan take 30 s); a ``KPermute`` its defaults and its sources.  Steps whose shapes
-depend on array elements, or that follow a loop or conditional whose results' shapes
-are unknown, are not counted, so the estimate is a lower bound (a loop's iterations are
-not counted at all).
+``min``; else a long scan takes ``log2 n`` doubling steps over the whole source
+(``fused.scan_by_doubling``), and other folds and scans loop along the rows: ``n`` steps
+of the combination over every row at once, each paying the per-node overhead, which made
+a 0.3 s estimate of a long scan take 30 s); a ``KPermute`` its defaults and its sources.
+Steps whose shapes depend on array elements, or that follow a loop or conditional whose
+results' shapes are unknown, are not counted, so the estimate is a lower bound (a loop's
+iterations are not counted at all).
 
 The wait (``wait_estimate``): loading kernels that numba's disk cache holds costs about
 ``LOAD_SECONDS`` (importing numba, the module, the cached functions); compiling costs
@@ -49,7 +50,7 @@ import numpy as np
 from accel.ast.patterns import scalar_binop
 from accel.ast.traverse import walk
 from accel.ast.types import ArrayT, Scalar
-from accel.backends import interpreter as I
+from accel.backends import fused, interpreter as I
 from accel.backends.contract_numpy import product_of
 from accel.backends.interpreter_values import ArrayValue
 from accel.fusion.kernels import KFold, KGenerate, KPermute, KScan, KUse, count_loops
@@ -155,8 +156,13 @@ def estimate(kp, args) -> float:
                 shape = _shape(s.shape, aenv)
                 n = int(I.eval_scalar(s.n, aenv)[0])
                 rows = math.prod(shape)
+                length = n + (s.z is not None)
                 if scalar_binop(s.f, _UFUNCS) is not None:  # one NumPy reduction
                     pairs = [(rows * n, _nodes(s.src) + 1, 1)]
+                elif isinstance(s, KScan) and length >= fused.SCAN_DOUBLING_MIN:
+                    # log2 steps over the whole source (``fused.scan_by_doubling``)
+                    pairs = [(rows * n, _nodes(s.src), 1),
+                             (rows * length, _nodes(s.f) + 4, math.ceil(math.log2(length)))]
                 else:  # the evaluator's loop along the rows: n vectorised steps
                     pairs = [(rows * n, _nodes(s.src), 1), (rows, _nodes(s.f), n)]
                 out = shape if isinstance(s, KFold) else shape + (n + (s.z is not None),)

@@ -102,7 +102,8 @@ class TieredRunner:
         # made when compiled kernels are first needed (``compiled``), usually on the
         # receiving thread when the worker is done, not before the first result.
         self._tkp = transpose_reads(kp)
-        self._source = codegen.generate(self._tkp.body, bool(check_bounds)).source
+        self._gen = codegen.generate(self._tkp.body, bool(check_bounds))
+        self._source = self._gen.source
         self._hash = source_hash(self._source)
         self._runner = None
         self._runner_lock = threading.Lock()
@@ -132,7 +133,8 @@ class TieredRunner:
             with self._runner_lock:
                 if self._runner is None:
                     from .runtime import Runner
-                    self._runner = Runner(self._tkp, self.check_bounds, rewritten=True)
+                    self._runner = Runner(self._tkp, self.check_bounds, rewritten=True,
+                                          gen=self._gen)
                 r = self._runner
         return r
 
