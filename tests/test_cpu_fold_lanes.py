@@ -77,3 +77,35 @@ def test_buffered_sources_in_lanes(n):
     sig = (arg_type(x, 0),)
     src = generate(fuse(optimise(trace_program(f, sig))).body, False).source
     assert re.search(r"ln\d+ = buf\d+\[", src)  # lanes start from a buffer
+
+
+def _windows(x, w):
+    """``out[r] = 3 + sum_j x[j + r] * w[j]``: rows share ``w[j]`` (a 1-D convolution's
+    kernel adjoint, with a seed)."""
+    k = x.shape[0] - w.shape[0] + 1
+    src = A.generate((k, w.shape[0]), lambda ix: x[ix[1] + ix[0]] * w[ix[1]])
+    return A.fold(lambda p, q: p + q, 3.0, src)
+
+
+def _window_maxima(x, w):
+    k = x.shape[0] - w.shape[0] + 1
+    return A.fold1(lambda p, q: A.max(p, q),
+                   A.generate((k, w.shape[0]), lambda ix: x[ix[0] + ix[1]] - w[ix[1]]))
+
+
+@pytest.mark.parametrize("rows", [16, 9, 4])
+def test_few_long_rows_fold_in_blocks_by_chunks(rows):
+    """Few long rows (chunked by the host) whose element function is small fold as
+    blocks of rows over each chunk (phase ``oc``), reading the shared ``w[j]`` once for
+    the block, when the rows fill a block of at least 8; fewer rows fold one by one
+    (phase ``f``).  Seeded sums and fold1 maxima against NumPy."""
+    n = 50_000
+    x, w = RNG.standard_normal(n + rows - 1), RNG.standard_normal(n)
+    want = np.array([(x[r:r + n] * w).sum() for r in range(rows)]) + 3.0
+    prog = A.compile(_windows, tiered=False)
+    np.testing.assert_allclose(prog(x, w), want, rtol=1e-11, atol=1e-9)
+    launches = prog.stats(x, w)["launches"]
+    blocked = rows >= fold.FOLD_WIDTHS[1]
+    assert any(k.startswith("oc") for k in launches) == blocked, launches
+    maxima = A.compile(_window_maxima, tiered=False)(x, w)
+    np.testing.assert_array_equal(maxima, [(x[r:r + n] - w).max() for r in range(rows)])

@@ -129,6 +129,8 @@ def emit(s: KFold, check: bool):
         _fold_interchanged_chunked(g, s, dims, outs, parts, m, n, nch)
     elif blocked:
         _fold_blocked(g, s, dims, outs, n)
+        if counted(s.src, len(dims)) is None:  # (dividing sources: segments, phase f)
+            _fold_interchanged_chunked(g, s, dims, outs, parts, m, n, nch)
     product = contraction(s)
     if product is not None:
         contract.emit(g, s, product, outs, dims, n)
@@ -408,6 +410,51 @@ def _fold_blocked(g: KernelGen, s: KFold, dims: list, outs: list, n: str):
     _row_blocks(g, s, dims, outs, "lo", "hi", ix, None, n)
 
 
+def _chunk_partials(g: KernelGen, s: KFold, dims: list, parts: list, m: str, n: str,
+                    nch: str, c: str, base: str, jlo: str, jhi: str) -> None:
+    """Start chunk ``c`` (``jlo .. jhi-1`` of the folded dimension) of every row in the
+    partials ``p[c * m + row]``: chunk 0 from the seed, the others from their first
+    element (every chunk has elements: the host chunks only folds with ``n >=
+    FOLD_CHUNKS``)."""
+    r = g.fresh("r")
+    g.emit(f"{jlo} = ({c} * {n}) // {nch}")
+    g.emit(f"{jhi} = (({c} + 1) * {n}) // {nch}")
+    g.emit(f"{base} = {c} * {m}")
+    ix = [g.fresh("i") for _ in dims]
+    for v in ix:
+        g.emit(f"{v} = 0")
+    g.loop(r, f"range({m})")
+    if s.z is not None:
+        g.emit(f"if {c} == 0:")
+        g.ind += 1
+        g.store(parts, f"{base} + {r}", g.exp(s.z))
+        g.ind -= 1
+        g.emit("else:")
+        g.ind += 1
+    g.store(parts, f"{base} + {r}", g.apply(s.src, (tuple(ix + [jlo]),)))
+    if s.z is not None:
+        g.ind -= 1
+    increment(g, ix, dims)
+    g.ind -= 1
+
+
+def _combine_chunks(g: KernelGen, s: KFold, outs: list, parts: list, m: str,
+                    nch: str) -> None:
+    """Phase ``combc``: each row's partials ``p[c * m + row]`` combined in chunk order."""
+    elt = s.out.type.elt
+    ts = leaves(elt)
+    r, c = g.fresh("r"), g.fresh("c")
+    g.begin("combc", ranged=False)
+    acc = [g.fresh("acc") for _ in ts]
+    g.loop(r, f"range({m})")
+    g.set_vars(acc, ts, tuple(at(p, r) for p in parts))
+    g.loop(c, f"range(1, {nch})")
+    nxt = tuple(at(p, f"{c} * {m} + {r}") for p in parts)
+    g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), rebuild(elt, iter(nxt)))))
+    g.ind -= 1
+    g.store(outs, r, tuple(acc))
+
+
 def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end: str,
                 ix: list, jlo: str | None, jhi: str) -> None:
     """Fold rows ``first .. end-1`` (multi-index variables ``ix`` of row ``first``, which
@@ -625,53 +672,26 @@ def _fold_tile(g: KernelGen, s: KFold, dims: list, outs: list, r0: str, r1: str,
 
 def _fold_interchanged_chunked(g: KernelGen, s: KFold, dims: list, outs: list, parts: list,
                                m: str, n: str, nch: str):
-    """Phases ``oc`` and ``combc``: the interchanged fold of long rows, up to
-    ``FOLD_OUTER_CHUNK_MAX_ROWS`` of them (a sum over all points into a (K, D) or
-    (K, D, D) array).  Task ``c`` folds chunk ``c`` of the folded dimension into
-    partials ``p[c * m + row]`` for every row (in blocks of rows, like phase ``o``; its
-    part of the source is read from memory once), then ``combc`` combines each
-    row's partials in chunk order, as phase ``comb`` does for row-by-row chunks (every
-    chunk has elements: the host chunks only folds with ``n >= FOLD_CHUNKS``)."""
-    elt = s.out.type.elt
-    ts = leaves(elt)
+    """Phases ``oc`` and ``combc``: long rows by chunks of the folded dimension, the rows
+    in blocks.  Task ``c`` folds chunk ``c`` of every row into partials ``p[c * m +
+    row]`` (up to 16 rows in one loop over the chunk, as phase ``o`` or ``b`` folds
+    them: its part of the source is read from memory once, and reads that do not depend
+    on the row are shared), then ``combc`` combines each row's partials in chunk order,
+    as phase ``comb`` does for row-by-row chunks.  Interchanged folds run it for up to
+    ``FOLD_OUTER_CHUNK_MAX_ROWS`` rows (a sum over all points into a (K, D) or (K, D, D)
+    array), blocked ones for the few long rows the host chunks: row by row (phase
+    ``f``), each chunk of each row read the shared operand again (a 1-D convolution's
+    kernel adjoint, 16 sums of 10^6 products, read 16 times what it needed)."""
     g.begin("oc")
-    c, r, base, jlo, jhi = (g.fresh(x) for x in ("c", "r", "o", "jlo", "jhi"))
+    c, base, jlo, jhi, st = (g.fresh(x) for x in ("c", "o", "jlo", "jhi", "st"))
     g.loop(c, "range(lo, hi)")
-    g.emit(f"{jlo} = ({c} * {n}) // {nch}")
-    g.emit(f"{jhi} = (({c} + 1) * {n}) // {nch}")
-    g.emit(f"{base} = {c} * {m}")
+    _chunk_partials(g, s, dims, parts, m, n, nch, c, base, jlo, jhi)
+    g.emit(f"{st} = {jlo} if {c} == 0 else {jlo} + 1" if s.z is not None
+           else f"{st} = {jlo} + 1")
     ix = [g.fresh("i") for _ in dims]
-    for v in ix:
-        g.emit(f"{v} = 0")
-    g.loop(r, f"range({m})")  # chunk 0 from the seed, the others from their first element
-    if s.z is not None:
-        g.emit(f"if {c} == 0:")
-        g.ind += 1
-        g.store(parts, f"{base} + {r}", g.exp(s.z))
-        g.ind -= 1
-        g.emit("else:")
-        g.ind += 1
-    g.store(parts, f"{base} + {r}", g.apply(s.src, (tuple(ix + [jlo]),)))
-    if s.z is not None:
-        g.ind -= 1
-    increment(g, ix, dims)
-    g.ind -= 1
-    st = g.fresh("st")
-    if s.z is not None:
-        g.emit(f"{st} = {jlo} if {c} == 0 else {jlo} + 1")
-    else:
-        g.emit(f"{st} = {jlo} + 1")
     _fold_tile(g, s, dims, parts, base, f"{base} + {m}", ["0"] * len(dims), ix, st, jhi)
     g.ind -= 1
-    g.begin("combc", ranged=False)
-    acc = [g.fresh("acc") for _ in ts]
-    g.loop(r, f"range({m})")
-    g.set_vars(acc, ts, tuple(at(p, r) for p in parts))
-    g.loop(c, f"range(1, {nch})")
-    nxt = tuple(at(p, f"{c} * {m} + {r}") for p in parts)
-    g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), rebuild(elt, iter(nxt)))))
-    g.ind -= 1
-    g.store(outs, r, tuple(acc))
+    _combine_chunks(g, s, outs, parts, m, nch)
 
 
 def outer_major(s: KFold) -> bool:
@@ -787,6 +807,9 @@ def launch(s: KFold, plan, ev) -> Launch:
         phases += [("oc", nch, size * n), ("combc", None, 0)]
     elif plan.blocked and nch == 1 and n > 1:  # (outer folds are blocked too)
         phases.append(("b", size, size * n))
+    elif nch > 1 and "oc" in plan.parallel and shape[-1] >= FOLD_WIDTHS[1]:
+        # few long rows in blocks that fill a vector, a chunk of elements per task
+        phases += [("oc", nch, size * n), ("combc", None, 0)]
     else:
         phases.append(("f", size * nch, size * n))
         if nch > 1:
