@@ -522,3 +522,43 @@ def test_strided_batched_matrix_vector_products_compute_every_row(blas_always):
     for _ in range(3):  # buffers from the pool hold earlier results: rows must be written
         np.testing.assert_allclose(c(a, v), np.einsum("nkd,nk->kd", a, v), rtol=1e-12)
     assert any(k.startswith("mm_") for k in c.stats(a, v)["launches"])
+
+
+@pytest.mark.parametrize("out_order", ["mn", "nm"])
+@pytest.mark.parametrize("k", [1024, 4099])
+def test_long_sums_down_both_arrays_split_into_chunks(out_order, k):
+    """``out = X^T Y`` with both operands laid out (K, .) (the gradient of a product with
+    respect to its right operand): the sum splits into ``MM_SUM_CHUNKS`` BLAS calls on
+    contiguous row slices (phase ``mmk``), added in order (``mmc``), then scaled."""
+    a, b = RNG.standard_normal((k, 6)), RNG.standard_normal((k, 9))
+    f = _gen_product(out_order, "km", "kn", lambda p, a: p * 0.5)
+    c = A.compile(f, tiered=False)
+    np.testing.assert_allclose(c(a, b), 0.5 * _np_product(a, b, out_order, "km", "kn"),
+                               rtol=1e-12, atol=1e-12)
+    assert any(x.startswith("mmk") for x in c.stats(a, b)["launches"])
+
+
+def test_a_split_sum_applies_the_factors_of_the_output_index():
+    """``out[p, q] = w[p] * sum_k x[k, p] * y[k, q]``: the factor ``w[p]`` multiplies each
+    output element after the chunks' partials are added."""
+    x, y, w = RNG.standard_normal((3000, 5)), RNG.standard_normal((3000, 7)), \
+        RNG.standard_normal(5)
+
+    def f(x, y, w):
+        return A.sum(A.generate((x.shape[1], y.shape[1], x.shape[0]),
+                                lambda ix: x[ix[2], ix[0]] * y[ix[2], ix[1]] * w[ix[0]]))
+    (s,) = _folds(f, x, y, w)
+    assert contraction(s).post
+    c = A.compile(f, tiered=False)
+    np.testing.assert_allclose(c(x, y, w), w[:, None] * (x.T @ y), rtol=1e-12, atol=1e-12)
+    assert any(k.startswith("mmk") for k in c.stats(x, y, w)["launches"])
+
+
+def test_the_gradient_of_a_tall_product_splits_the_sum_of_its_right_operand():
+    a, b = RNG.standard_normal((2500, 8)), RNG.standard_normal((8, 8))
+    g = A.compile(A.gradientA(linalg.matmul_replicate, wrt=(0, 1)), tiered=False)
+    da, db = g(a, b)
+    y2 = 2 * (a @ b)
+    np.testing.assert_allclose(db, a.T @ y2, rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(da, y2 @ b.T, rtol=1e-11, atol=1e-11)
+    assert any(k.startswith("mmk") for k in g.stats(a, b)["launches"])

@@ -133,7 +133,7 @@ def emit(s: KFold, check: bool):
             _fold_interchanged_chunked(g, s, dims, outs, parts, m, n, nch)
     product = contraction(s)
     if product is not None:
-        contract.emit(g, s, product, outs, dims, n)
+        contract.emit(g, s, product, outs, parts, dims, n, nch)
     g.begin("comb", ranged=False)
     r, c = g.fresh("r"), g.fresh("c")
     g.loop(r, f"range({m})")
@@ -786,6 +786,13 @@ def launch(s: KFold, plan, ev) -> Launch:
     outs = [(shape, size, dtypes(s.out.type))]
     work = [("o", k) for k in range(sum(len(o[2]) for o in outs))]
     mm = None if plan.contract is None else contract.usable(plan.contract, shape, n, ev)
+    kch = contract.MM_SUM_CHUNKS  # chunks of a long sum (phase mmk)
+    if mm is not None and "mmk" in plan.parallel and n >= kch * contract.MM_SPLIT_MIN_K:
+        # a product over a long sum, by chunks of the sum (``contract.split_sum``)
+        vals = {("n",): n, ("mode",): kch, ("tile",): 1}
+        work += [("b", size * kch, dt) for dt in dtypes(s.out.type)]
+        return Launch(shape, size, outs, work, [("mmk", kch, size * n), ("mmc", None, 0)],
+                      vals)
     if mm is not None:  # a matrix product: BLAS (``contract``)
         vals = {("n",): n, ("mode",): 1, ("tile",): 1}
         return Launch(shape, size, outs, work + work, [("mm", mm, size * n)], vals)
