@@ -193,3 +193,33 @@ def test_rank_0_generates_of_a_loop_body_are_one_kernel():
     for backend in ("fused", "cpu"):
         for got, want in zip(A.run(f, x, backend=backend), A.run(f, x, backend="interpreter")):
             np.testing.assert_allclose(got, want)
+
+
+def test_an_array_read_only_for_its_shape_does_not_keep_its_producer():
+    """``y = reshape ((n - 2) * (m - 2)) (map sq lap)`` read only for its shape (reverse
+    mode's seed of a ``sum_all`` is a generate over ``shape y``): the shape is known as
+    a term of sizes (nine nodes), so ``y`` is dead and ``lap``, read once by the
+    adjoint, is fused into it rather than materialised (a stencil's gradient: 3 -> 2
+    kernels, one 8 MB array written and read less at 1024^2)."""
+    def lap(u):
+        h, w = u.shape[0] - 2, u.shape[1] - 2
+        return A.generate((h, w), lambda ix: u[ix[0], ix[1] + 1] + u[ix[0] + 2, ix[1] + 1]
+                          + u[ix[0] + 1, ix[1]] + u[ix[0] + 1, ix[1] + 2]
+                          - 4.0 * u[ix[0] + 1, ix[1] + 1])
+
+    def f(u):
+        return A.sum_all(A.map(lambda v: v * v, lap(u)))
+    u = np.random.default_rng(4).standard_normal((9, 12))
+    g = A.gradientA(f)
+    p = optimise(trace_program(g, (arg_type(u, 0),)))
+    assert count_loops(fuse(p).body) == 2
+    c = u[1:-1, 1:-1]
+    d = 2 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4.0 * c)
+    want = np.zeros_like(u)
+    for sl in ((slice(None, -2), slice(1, -1)), (slice(2, None), slice(1, -1)),
+               (slice(1, -1), slice(None, -2)), (slice(1, -1), slice(2, None))):
+        want[sl] += d
+    want[1:-1, 1:-1] -= 4.0 * d
+    for backend in ("cpu", "interpreter"):
+        np.testing.assert_allclose(A.run(g, u, backend=backend), want, rtol=1e-12,
+                                   atol=1e-12)

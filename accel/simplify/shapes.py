@@ -16,10 +16,12 @@ from ..ast.types import ArrayT, ATupleT, int64
 from .base import const_exp
 
 
-def cheap_closed(e, budget: int = 8) -> bool:
+def cheap_closed(e, budget: int = 16) -> bool:
     """``e`` is a small term of primitives, constants, shapes and element reads of array
     variables, with no scalar variable: valid (and worth comparing) wherever its arrays
-    are in scope."""
+    are in scope.  (The budget: the flattened interior of a 2-D array, ``((shape a).0 -
+    2) * ((shape a).1 - 2)``, is nine nodes; unknown, an array read only for that size
+    stayed alive and kept its producer materialised.)"""
     stack = [e]
     while stack:
         x = stack.pop()
