@@ -95,25 +95,36 @@ def _is_test(t) -> bool:
     return False
 
 
+def _let_scope(e: N.Let, sizes: dict) -> tuple:
+    """``(term, sizes in the let's body)``: the bound term resolved to sizes (or None),
+    and ``sizes`` with the bound name added (or, shadowing an outer one, removed)."""
+    r = _resolved(e.bound, sizes)
+    inner = dict(sizes)
+    if r is not None:
+        inner[e.var.name] = r
+    else:
+        inner.pop(e.var.name, None)
+    return r, inner
+
+
+def _lam_scope(e: N.Lam, sizes: dict) -> dict:
+    """``sizes`` without the names the lambda's parameters shadow."""
+    params = {p.name for p in e.params}
+    return {k: v for k, v in sizes.items() if k not in params}
+
+
 def _collect(e, sizes: dict, found: list) -> None:
     """Walk ``e`` recording the size tests of its conditionals into ``found``."""
     if isinstance(e, N.Let):
         _collect(e.bound, sizes, found)
-        r = _resolved(e.bound, sizes)
-        inner = dict(sizes)
-        if r is not None:
-            inner[e.var.name] = r
-        else:
-            inner.pop(e.var.name, None)
-        _collect(e.body, inner, found)
+        _collect(e.body, _let_scope(e, sizes)[1], found)
         return
     if isinstance(e, N.Cond):
         t = _resolved(e.c, sizes)
         if _is_test(t) and t not in found:
             found.append(t)
     if isinstance(e, N.Lam):
-        inner = {k: v for k, v in sizes.items() if k not in {p.name for p in e.params}}
-        _collect(e.body, inner, found)
+        _collect(e.body, _lam_scope(e, sizes), found)
         return
     for c in children(e):
         _collect(c, sizes, found)
@@ -124,12 +135,7 @@ def _decide(e, sizes: dict, table: dict):
     ``table`` replaced by their decided arm (value)."""
     if isinstance(e, N.Let):
         bound = _decide(e.bound, sizes, table)
-        r = _resolved(e.bound, sizes)
-        inner = dict(sizes)
-        if r is not None:
-            inner[e.var.name] = r
-        else:
-            inner.pop(e.var.name, None)
+        r, inner = _let_scope(e, sizes)
         if r is not None and r in table:
             bound = N.Const(table[r], bool_)
         return N.Let(e.var, bound, _decide(e.body, inner, table))
@@ -138,6 +144,5 @@ def _decide(e, sizes: dict, table: dict):
         if t is not None and t in table:
             return _decide(e.t if table[t] else e.e, sizes, table)
     if isinstance(e, N.Lam):
-        inner = {k: v for k, v in sizes.items() if k not in {p.name for p in e.params}}
-        return N.Lam(e.params, _decide(e.body, inner, table))
+        return N.Lam(e.params, _decide(e.body, _lam_scope(e, sizes), table))
     return map_children(e, lambda c: _decide(c, sizes, table))
