@@ -184,9 +184,11 @@ def test_sums_of_outer_products_fold_in_plane_blocks(fold_first):
     """Blocks of ``FOLD_PLANES`` rows of the second to last dimension (``_plane_block``):
     every row lands in its place when the planes do not divide that dimension, the last
     dimension is not a multiple of the block widths, tiles and tasks start mid-row, and
-    the fold has no seed; ``max`` folds too."""
+    the fold has no seed; ``max`` folds too (on the serial phases only: the parallel
+    ones differ from the sum's by the combination alone, and take 15-25 s to compile)."""
     from accel.backends.cpu import fold as fold_step
     rng = np.random.default_rng(7)
+    serial = [(70, 3, 19), (5, 2, 4), (1, 1, 9), (9, 40, 6)]
     for op, seeded in (("add", False), ("max", True)):  # (seeded sums: the other tests)
         kp = _outer_prog(fold_first, op, seeded)
         (fold,) = kp.body.steps
@@ -194,8 +196,8 @@ def test_sums_of_outer_products_fold_in_plane_blocks(fold_first):
         runner = prepare_kernels(kp)
         # (phase b's x[k, c, j] is first copied transposed: ``layout``)
         assert [p.outer for p in runner.gen.plans.values()][-1] == fold_first
-        for n, k, d in [(70, 3, 19), (5, 2, 4), (130, 7, 33), (1, 1, 9), (9, 40, 6),
-                        (5000, 2, 6)]:
+        shapes = serial + [(130, 7, 33), (5000, 2, 6)] if op == "add" else serial
+        for n, k, d in shapes:
             if fold_first:
                 x, y = rng.standard_normal((n, k, d)), rng.standard_normal((n, k, d))
                 xs, ys = x.transpose(1, 2, 0), y.transpose(1, 2, 0)  # (k, d, n)
@@ -211,7 +213,7 @@ def test_sums_of_outer_products_fold_in_plane_blocks(fold_first):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
         launches = runner.stats()["launches"]
         assert sum(v for key, v in launches.items() if key[0] in "ob") >= 1
-        if fold_first:  # 5000 points into 72 rows: the chunked interchanged phase too
+        if fold_first and op == "add":  # 5000 points into 72 rows: the chunked phase too
             assert launches.get("oc_parallel", 0) + launches.get("oc_serial", 0) >= 1
 
 
