@@ -480,3 +480,61 @@ def test_a_negated_leaf_is_read_back_as_the_negation(tupled):
     for run in (lambda k: fused.evaluate(k, [xs]), lambda k: prepare_kernels(k)([xs])):
         np.testing.assert_allclose(run(pruned), want, rtol=1e-15)
         np.testing.assert_allclose(run(kp), want, rtol=1e-15)
+
+
+def test_leaves_projected_from_a_conditionals_tuple_are_pruned_too():
+    """Reverse mode writes a branch's contributions as ``t.k`` of a let-bound
+    conditional ``t`` (BA's rotation, exact at zero angle) beside contributions of its
+    own, ``(value, (i.0, 3), True)``: the element's leaves are projections of ``t``
+    (``leafprune._var_path``; before, no leaf of such an element was pruned) and the
+    constant and index leaves of the others are not stored.  Both branches are taken;
+    the values are the unpruned program's on NumPy and compiled."""
+    from accel.ast import nodes as N
+    from accel.ast.types import ArrayT, TupleT, bool_, float64, int64, shape_type
+    from accel.backends import fused
+    from accel.backends.cpu import prepare_kernels
+    from accel.fusion.kernels import KBlock, KernelProgram
+    from accel.fusion.leafprune import prune_leaves
+    x = N.Avar(N.fresh("x"), ArrayT(float64, 1))
+    i = N.Var(N.fresh("i"), shape_type(1))
+    xi = N.Index(x, i)
+
+    def contribution(value, target):  # (value, (target, 3), True)
+        return N.Tuple((value, N.Tuple((target, N.Const(3, int64))), N.Const(True, bool_)))
+    # t = if x[i] > 0 then ((sin x[i], 2 * i.0), x[i]) else ((cos x[i], i.0 + 1), 0.5)
+    t = N.Var(N.fresh("t"), TupleT((TupleT((float64, int64)), float64)))
+    i0 = N.Prj(0, i)
+    cond = N.Cond(N.PrimApp("gt", (xi, N.Const(0.0, float64))),
+                  N.Tuple((N.Tuple((N.PrimApp("sin", (xi,)),
+                                    N.PrimApp("mul", (N.Const(2, int64), i0)))), xi)),
+                  N.Tuple((N.Tuple((N.PrimApp("cos", (xi,)),
+                                    N.PrimApp("add", (i0, N.Const(1, int64))))),
+                           N.Const(0.5, float64))))
+    body = N.Let(t, cond, N.Tuple((N.Prj(0, t), N.Prj(1, t),
+                                   contribution(N.PrimApp("exp", (xi,)), i0))))
+    g = N.Avar(N.fresh("a"), ArrayT(body.type, 1))
+    gen = KGenerate((g,), N.Shape(x), N.Lam((i,), body))
+    j = N.Var(N.fresh("j"), shape_type(1))
+    e = N.Var(N.fresh("e"), body.type)
+    c = N.Prj(2, e)
+
+    def flt(v):
+        return N.PrimApp("to_float64", (v,))
+    first = N.PrimApp("add", (N.PrimApp("add", (N.Prj(0, N.Prj(0, e)), flt(N.Prj(1, N.Prj(0, e))))),
+                              N.Prj(1, e)))
+    target = N.PrimApp("add", (N.Prj(0, N.Prj(1, c)), N.Prj(1, N.Prj(1, c))))
+    value = N.PrimApp("add", (first, N.PrimApp("add", (N.Prj(0, c), flt(target)))))
+    use = N.Lam((j,), N.Let(e, N.Index(g, j), N.Cond(N.Prj(2, c), value, N.Const(0.0, float64))))
+    out = N.Avar(N.fresh("o"), ArrayT(float64, 1))
+    kp = KernelProgram((x,), KBlock((gen, KGenerate((out,), N.Shape(g), use)), (out,)),
+                       out.type)
+    pruned = prune_leaves(kp)
+    (stored,) = pruned.body.steps[0].outs
+    assert len(leaves(stored.type.elt)) == 4, stored.type  # t.0.0, t.0.1, t.1, exp
+    xs = np.linspace(-1.0, 1.0, 9)
+    n = np.arange(9)
+    want = (np.where(xs > 0, np.sin(xs), np.cos(xs)) + np.where(xs > 0, 2 * n, n + 1)
+            + np.where(xs > 0, xs, 0.5) + np.exp(xs) + n + 3)
+    np.testing.assert_allclose(fused.evaluate(kp, [xs]), want, rtol=1e-15)
+    np.testing.assert_allclose(fused.evaluate(pruned, [xs]), want, rtol=1e-15)
+    np.testing.assert_allclose(prepare_kernels(pruned)([xs]), want, rtol=1e-15)

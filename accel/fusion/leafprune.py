@@ -114,8 +114,9 @@ def _rw_block(b: KBlock, rw) -> KBlock:
 
 
 def _flat(e: N.Exp, t, out: list, tuples: dict) -> bool:
-    """Append ``e``'s leaf expressions (type ``t``) to ``out``; False if a non-variable
-    tuple expression would have to be projected (copied) to get them.  ``tuples``: the
+    """Append ``e``'s leaf expressions (type ``t``) to ``out``; False if a tuple
+    expression other than a variable's projection would have to be projected (copied)
+    to get them.  ``tuples``: the
     variables let-bound to tuple expressions (their leaves are looked at too)."""
     if not isinstance(t, TupleT):
         out.append(e)
@@ -124,9 +125,18 @@ def _flat(e: N.Exp, t, out: list, tuples: dict) -> bool:
         e = tuples[e.name]
     if isinstance(e, N.Tuple):
         return all(_flat(x, tx, out, tuples) for x, tx in zip(e.items, t.items))
-    if not isinstance(e, N.Var):
+    if not _var_path(e):
         return False
     return all(_flat(N.Prj(k, e), tx, out, tuples) for k, tx in enumerate(t.items))
+
+
+def _var_path(e) -> bool:
+    """``e`` is a variable or a projection of one (``t.4``: a component of a let-bound
+    conditional's tuple, as reverse mode writes a branch's contributions), so its
+    leaves are projections, not copies."""
+    while isinstance(e, N.Prj):
+        e = e.tup
+    return isinstance(e, N.Var)
 
 
 def _let_chain(e):
