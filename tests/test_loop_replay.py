@@ -486,11 +486,13 @@ def test_leaves_projected_from_a_conditionals_tuple_are_pruned_too():
     """Reverse mode writes a branch's contributions as ``t.k`` of a let-bound
     conditional ``t`` (BA's rotation, exact at zero angle) beside contributions of its
     own, ``(value, (i.0, 3), True)``: the element's leaves are projections of ``t``
-    (``leafprune._var_path``; before, no leaf of such an element was pruned) and the
-    constant and index leaves of the others are not stored.  Both branches are taken;
-    the values are the unpruned program's on NumPy and compiled."""
+    (``leafprune._var_path``; before, no leaf of such an element was pruned), the
+    constant and index leaves of the others are not stored, and the branch's own
+    contributions ``(v, (k, 5), True)`` / ``(0.0, (0, 0), False)`` store their values,
+    the test and ``k`` once (``_branch_leaves``).  Both branches are taken; the values
+    are the unpruned program's on NumPy and compiled."""
     from accel.ast import nodes as N
-    from accel.ast.types import ArrayT, TupleT, bool_, float64, int64, shape_type
+    from accel.ast.types import ArrayT, bool_, float64, int64, shape_type
     from accel.backends import fused
     from accel.backends.cpu import prepare_kernels
     from accel.fusion.kernels import KBlock, KernelProgram
@@ -498,43 +500,101 @@ def test_leaves_projected_from_a_conditionals_tuple_are_pruned_too():
     x = N.Avar(N.fresh("x"), ArrayT(float64, 1))
     i = N.Var(N.fresh("i"), shape_type(1))
     xi = N.Index(x, i)
-
-    def contribution(value, target):  # (value, (target, 3), True)
-        return N.Tuple((value, N.Tuple((target, N.Const(3, int64))), N.Const(True, bool_)))
-    # t = if x[i] > 0 then ((sin x[i], 2 * i.0), x[i]) else ((cos x[i], i.0 + 1), 0.5)
-    t = N.Var(N.fresh("t"), TupleT((TupleT((float64, int64)), float64)))
     i0 = N.Prj(0, i)
-    cond = N.Cond(N.PrimApp("gt", (xi, N.Const(0.0, float64))),
-                  N.Tuple((N.Tuple((N.PrimApp("sin", (xi,)),
-                                    N.PrimApp("mul", (N.Const(2, int64), i0)))), xi)),
-                  N.Tuple((N.Tuple((N.PrimApp("cos", (xi,)),
-                                    N.PrimApp("add", (i0, N.Const(1, int64))))),
-                           N.Const(0.5, float64))))
-    body = N.Let(t, cond, N.Tuple((N.Prj(0, t), N.Prj(1, t),
-                                   contribution(N.PrimApp("exp", (xi,)), i0))))
+
+    def const(v, t=int64):
+        return N.Const(v, t)
+
+    def contribution(value, target, col, keep=True):  # (value, (target, col), keep)
+        return N.Tuple((value, N.Tuple((target, const(col))), const(keep, bool_)))
+    k = N.Var(N.fresh("k"), int64)  # k = 3 i.0, in the element's scope
+    zero = contribution(const(0.0, float64), const(0), 0, False)
+    # t = if x[i] > 0 then ((sin x[i], 2 i.0), x[i], (2 sin x[i], (k, 5), True),
+    #                       (x[i]^2, (k, 6), True))
+    #     else ((cos x[i], i.0 + 1), 0.5, zero, zero)
+    then = N.Tuple((N.Tuple((N.PrimApp("sin", (xi,)), N.PrimApp("mul", (const(2), i0)))), xi,
+                    contribution(N.PrimApp("mul", (const(2.0, float64), N.PrimApp(
+                        "sin", (xi,)))), k, 5),
+                    contribution(N.PrimApp("mul", (xi, xi)), k, 6)))
+    other = N.Tuple((N.Tuple((N.PrimApp("cos", (xi,)), N.PrimApp("add", (i0, const(1))))),
+                     const(0.5, float64), zero, zero))
+    t = N.Var(N.fresh("t"), then.type)
+    body = N.Let(k, N.PrimApp("mul", (const(3), i0)), N.Let(
+        t, N.Cond(N.PrimApp("gt", (xi, const(0.0, float64))), then, other),
+        N.Tuple((N.Prj(0, t), N.Prj(1, t), contribution(N.PrimApp("exp", (xi,)), i0, 3),
+                 N.Prj(2, t), N.Prj(3, t)))))
     g = N.Avar(N.fresh("a"), ArrayT(body.type, 1))
     gen = KGenerate((g,), N.Shape(x), N.Lam((i,), body))
     j = N.Var(N.fresh("j"), shape_type(1))
     e = N.Var(N.fresh("e"), body.type)
-    c = N.Prj(2, e)
+
+    def add(*xs):
+        out = xs[0]
+        for y in xs[1:]:
+            out = N.PrimApp("add", (out, y))
+        return out
 
     def flt(v):
         return N.PrimApp("to_float64", (v,))
-    first = N.PrimApp("add", (N.PrimApp("add", (N.Prj(0, N.Prj(0, e)), flt(N.Prj(1, N.Prj(0, e))))),
-                              N.Prj(1, e)))
-    target = N.PrimApp("add", (N.Prj(0, N.Prj(1, c)), N.Prj(1, N.Prj(1, c))))
-    value = N.PrimApp("add", (first, N.PrimApp("add", (N.Prj(0, c), flt(target)))))
-    use = N.Lam((j,), N.Let(e, N.Index(g, j), N.Cond(N.Prj(2, c), value, N.Const(0.0, float64))))
+
+    def counted(c):  # if keep then value + target + col else 0
+        return N.Cond(N.Prj(2, c), add(N.Prj(0, c), flt(add(N.Prj(0, N.Prj(1, c)),
+                                                            N.Prj(1, N.Prj(1, c))))),
+                      const(0.0, float64))
+    use = N.Lam((j,), N.Let(e, N.Index(g, j), add(
+        N.Prj(0, N.Prj(0, e)), flt(N.Prj(1, N.Prj(0, e))), N.Prj(1, e),
+        counted(N.Prj(2, e)), counted(N.Prj(3, e)), counted(N.Prj(4, e)))))
     out = N.Avar(N.fresh("o"), ArrayT(float64, 1))
     kp = KernelProgram((x,), KBlock((gen, KGenerate((out,), N.Shape(g), use)), (out,)),
                        out.type)
     pruned = prune_leaves(kp)
     (stored,) = pruned.body.steps[0].outs
-    assert len(leaves(stored.type.elt)) == 4, stored.type  # t.0.0, t.0.1, t.1, exp
+    # t.0.0, t.0.1, t.1, exp, the two values, the test and k: 8 of 16
+    assert len(leaves(stored.type.elt)) == 8, stored.type
     xs = np.linspace(-1.0, 1.0, 9)
     n = np.arange(9)
-    want = (np.where(xs > 0, np.sin(xs), np.cos(xs)) + np.where(xs > 0, 2 * n, n + 1)
-            + np.where(xs > 0, xs, 0.5) + np.exp(xs) + n + 3)
+    pos = xs > 0
+    want = (np.where(pos, np.sin(xs), np.cos(xs)) + np.where(pos, 2 * n, n + 1)
+            + np.where(pos, xs, 0.5) + np.exp(xs) + n + 3
+            + np.where(pos, 2 * np.sin(xs) + 3 * n + 5 + xs * xs + 3 * n + 6, 0.0))
     np.testing.assert_allclose(fused.evaluate(kp, [xs]), want, rtol=1e-15)
     np.testing.assert_allclose(fused.evaluate(pruned, [xs]), want, rtol=1e-15)
     np.testing.assert_allclose(prepare_kernels(pruned)([xs]), want, rtol=1e-15)
+
+
+def _piecewise(x, y, idx):
+    """Per point, one of two chains of reads of ``y`` at data-dependent places."""
+    m = y.shape[0]
+
+    def term(i):
+        k = idx[i]
+
+        def chain(v, shift):
+            for j in range(3):
+                v = A.sin(v) * y[(k + j + shift) % m] + A.cos(v * y[k])
+            return v
+        return A.cond(x[i] * y[k] > 0.0, chain(x[i], 0), chain(x[i] * x[i], 3))
+    return A.sum(A.generate((x.shape[0],), term))
+
+
+def test_contributions_under_a_branch_store_the_test_once():
+    """Reverse mode's contributions of a branch's reads are ``(value, target, True)``
+    in the branch taken and ``(0.0, 0, False)`` in the other; the materialised element
+    stores the branch's test once instead of a flag per contribution (15 here), and
+    targets that are values of the element's scope once each (``leafprune``).  The
+    gradient is the interpreter's and finite differences', with both branches taken
+    (on the NumPy evaluator of the same kernel program: the cpu backend's 15 permutes
+    take 20 s to compile, and other tests run pruned programs compiled)."""
+    g = A.gradientA(_piecewise, wrt=(0, 1))
+    rng = np.random.default_rng(3)
+    args = (rng.standard_normal(40), rng.standard_normal(7), rng.integers(0, 7, 40))
+    prog = A.compile(g, backend="fused")
+    got, want = prog(*args), A.run(g, *args, backend="interpreter")
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    rep = A.check_grad(_piecewise, *args, wrt=(0, 1), backend="interpreter", rtol=1e-5,
+                       atol=1e-6)
+    assert rep.ok, rep.max_error
+    elts = [leaves(o.type.elt) for s in _generates(_runner(prog).kp.body) for o in s.outs]
+    widest = max(elts, key=len)
+    assert len(widest) > 15 and sum(str(t) == "bool" for t in widest) == 1, widest

@@ -139,6 +139,51 @@ def _var_path(e) -> bool:
     return isinstance(e, N.Var)
 
 
+def _branch_leaves(e, outer: dict, names: set):
+    """``(test, [leaf if true, leaf if false])`` when leaf ``e`` is a projection of a
+    variable let-bound to a conditional whose branches build tuples: reverse mode's
+    contributions under a branch, ``(value, target, True)`` on one side and ``(0.0,
+    (0, 0), False)`` on the other (BA's rotation).  The target and keep leaves are then
+    the test and values in the element function's scope (``names``: its let-bound
+    variables and index), stored once for all contributions, not once each.  None
+    when a branch's leaf reads a variable of the branch's own."""
+    path = []
+    while isinstance(e, N.Prj):
+        path.append(e.index)
+        e = e.tup
+    if not isinstance(e, N.Var) or not isinstance(outer.get(e.name), N.Cond):
+        return None
+    cond = outer[e.name]
+    sides = []
+    for branch in (cond.t, cond.e):
+        inner, tail = _let_chain(branch)
+        tuples = {v.name: b for v, b in inner if isinstance(b, N.Tuple)}
+        x = tail
+        for k in reversed(path):
+            if isinstance(x, N.Var) and x.name in tuples:
+                x = tuples[x.name]
+            if not isinstance(x, N.Tuple):
+                return None
+            x = x.items[k]
+        own = {v.name for v, _ in inner}
+        if free_vars(x) & own or own & names:
+            return None  # (a branch's own variable, or one shadowing the scope's)
+        sides.append(x)
+    return cond.c, sides
+
+
+def _bind_conditionals(tail, lets: list):
+    """``tail`` with its tuple-typed conditionals (items of its tuples) let-bound at the
+    end of ``lets``, so that their leaves are projections (``_branch_leaves``)."""
+    if isinstance(tail, N.Tuple):
+        return N.Tuple(tuple(_bind_conditionals(x, lets) for x in tail.items))
+    if isinstance(tail, N.Cond) and isinstance(tail.type, TupleT):
+        v = N.Var(N.fresh("t"), tail.type)
+        lets.append((v, tail))
+        return v
+    return tail
+
+
 def _let_chain(e):
     """``([(var, bound)...], body)`` of the lets around ``e``."""
     lets = []
@@ -163,6 +208,7 @@ def _plan(s: KGenerate):
         return None
     (ix,) = s.f.params
     lets, tail = _let_chain(s.f.body)
+    tail = _bind_conditionals(tail, lets)
     leaves: list = []
     names = {v.name for v, _ in lets} | {ix.name}
     if len(names) != len(lets) + 1:  # (a binder bound twice: scopes would need care)
@@ -171,20 +217,39 @@ def _plan(s: KGenerate):
     if not _flat(tail, elt, leaves, tuples):
         return None
     # per leaf: ("const", Const) | ("index", k) | ("kept", position) | ("neg", position)
+    # | ("cond", position of the test, kind if true, kind if false)
     kinds: list = [None] * len(leaves)
     kept: list = []
 
-    def keep(pos, e):
+    def stored(e) -> int:
         if e not in kept:  # (the same leaf twice: stored once)
             kept.append(e)
-        kinds[pos] = ("kept", kept.index(e))
-    for pos, e in enumerate(leaves):
+        return kept.index(e)
+
+    def keep(pos, e):
+        kinds[pos] = ("kept", stored(e))
+
+    def simple(e):
         if isinstance(e, N.Const):
-            kinds[pos] = ("const", e)
-        elif (isinstance(e, N.Prj) and isinstance(e.tup, N.Var)
-              and e.tup.name == ix.name):
-            kinds[pos] = ("index", e.index)
-        elif _negated(e) is None:
+            return ("const", e)
+        if isinstance(e, N.Prj) and isinstance(e.tup, N.Var) and e.tup.name == ix.name:
+            return ("index", e.index)
+        return None
+    for pos, e in enumerate(leaves):
+        kind = simple(e)
+        if kind is not None:
+            kinds[pos] = kind
+            continue
+        branches = _branch_leaves(e, {v.name: b for v, b in lets}, names)
+        if branches is not None:
+            test, sides = branches
+            side_kinds = [simple(x) for x in sides]
+            if all(k is not None or _var_path(x) for k, x in zip(side_kinds, sides)):
+                kinds[pos] = ("cond", stored(test), *[
+                    k if k is not None else ("kept", stored(x))
+                    for k, x in zip(side_kinds, sides)])
+                continue
+        if _negated(e) is None:
             keep(pos, e)
     for pos, e in enumerate(leaves):  # a negated leaf: read back as the negation
         if kinds[pos] is None:
@@ -192,7 +257,7 @@ def _plan(s: KGenerate):
                 kinds[pos] = ("neg", kept.index(_negated(e)))
             else:
                 keep(pos, e)
-    if not kept or len(kept) == len(leaves):
+    if not kept or len(kept) >= len(leaves):  # (tests stored: not always fewer)
         return None
     body = N.Tuple(tuple(kept)) if len(kept) > 1 else kept[0]
     for v, bound in reversed(lets):
@@ -200,16 +265,21 @@ def _plan(s: KGenerate):
     new_out = N.Avar(N.fresh("a"), ArrayT(body.type, out.type.rank))
     new_s = replace(s, outs=(new_out,), f=tidy(N.Lam(s.f.params, body)))
 
+    def leaf(kind, j: N.Var, x: N.Var):
+        if kind[0] == "const":
+            return kind[1]
+        if kind[0] == "index":
+            return N.Prj(kind[1], j)
+        if kind[0] == "cond":
+            return N.Cond(leaf(("kept", kind[1]), j, x), leaf(kind[2], j, x),
+                          leaf(kind[3], j, x))
+        got = N.Prj(kind[1], x) if len(kept) > 1 else x
+        return N.PrimApp("neg", (got,)) if kind[0] == "neg" else got
+
     def rebuild(t, it, j: N.Var, x: N.Var):
         if isinstance(t, TupleT):
             return N.Tuple(tuple(rebuild(tx, it, j, x) for tx in t.items))
-        kind, v = next(it)
-        if kind == "const":
-            return v
-        if kind == "index":
-            return N.Prj(v, j)
-        got = N.Prj(v, x) if len(kept) > 1 else x
-        return N.PrimApp("neg", (got,)) if kind == "neg" else got
+        return leaf(next(it), j, x)
 
     def rw(n):
         if isinstance(n, N.Index) and n.array.name == out.name:
