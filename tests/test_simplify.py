@@ -1102,3 +1102,87 @@ def test_loop_state_that_shrinks_keeps_reading_its_own_shape():
                for n in walk(loop)), show_program(q)
     np.testing.assert_allclose(evaluate(q, args), np.sum(
         (lambda a: [a := a[:-1] * np.sin(a[1:]) for _ in range(3)][-1])(args[0])) + 0.125 * 1.5)
+
+
+# --------------------------------------------------------------------------- linear sums
+
+
+def _size(a, k):
+    return Prj(k, Shape(a))
+
+
+def _add(x, y, op="add"):
+    return PrimApp(op, (x, y))
+
+
+def test_sums_of_sizes_cancel_and_merge_constants():
+    """``collected``: ``(shape x).0 - (shape k).0 + 1 + (shape k).0 + -1`` is
+    ``(shape x).0``; constants merge; a let-bound size is looked through; sums where
+    nothing cancels or merges are left as written (None); the collected sum has the
+    value of the original at random sizes."""
+    from accel.simplify.linear import collected
+    x, k = Avar(fresh("x"), V2), Avar(fresh("k"), V2)
+    sx, sk = _size(x, 0), _size(k, 0)
+    c = lambda v: Const(v, I64)  # noqa: E731
+    window = _add(_add(sx, sk, "sub"), c(1))               # (shape x).0 - (shape k).0 + 1
+    back = _add(_add(window, sk), c(-1))                  # ... + (shape k).0 + -1
+    assert collected(back, {}) == sx
+    assert collected(_add(_add(sx, c(2)), c(3)), {}) == _add(sx, c(5))
+    assert collected(_add(sx, sk), {}) is None
+    assert collected(window, {}) is None
+    assert collected(_add(_add(sx, c(2)), _add(c(0), sk, "sub")), {}) is not None
+    v = Var(fresh("c"), I64)
+    assert collected(_add(_add(v, sk), c(-1)), {v.name: window}) == sx
+    assert collected(_add(v, sk, "sub"), {v.name: window}) is None   # nothing cancels
+    thrice = _add(sx, PrimApp("mul", (c(3), sk)))                  # sx + 3 sk, kept
+    assert collected(thrice, {}) is None
+    twice = _add(_add(sx, sx), thrice)                             # merged: 3 sx + 3 sk
+    assert collected(twice, {}) == _add(PrimApp("mul", (c(3), sx)),
+                                        PrimApp("mul", (c(3), sk)))
+    neg = _add(PrimApp("neg", (sx,)), _add(sx, sk, "sub"))          # -sx + (sx - sk)
+    assert collected(neg, {}) == PrimApp("neg", (sk,))
+    rng = np.random.default_rng(0)
+    for e in (back, _add(_add(sx, c(2)), c(3)), neg, _add(twice, _add(sk, sx, "sub"))):
+        r = collected(e, {})
+        if r is None:
+            continue
+        for _ in range(5):
+            a = rng.integers(0, 50, (2, 2))
+            env = {x.name: np.zeros(a[0]), k.name: np.zeros(a[1])}
+
+            def ev(t):
+                if isinstance(t, Const):
+                    return int(t.value)
+                if isinstance(t, Prj):
+                    return env[t.tup.array.name].shape[t.index]
+                args = [ev(y) for y in t.args]
+                return {"add": lambda p, q: p + q, "sub": lambda p, q: p - q,
+                        "mul": lambda p, q: p * q, "neg": lambda p: -p}[t.op](*args)
+            assert ev(r) == ev(e)
+
+
+def test_a_convolutions_image_adjoint_has_the_images_shape():
+    """Reverse mode's extent of a 2-D window adjoint, the output's plus the kernel's
+    less one, is the image's own (``linear``): the adjoint is not copied into an array
+    of the image's shape behind a guard, so the gradient is three kernels, not four;
+    it agrees with NumPy."""
+    def f(img, ker):
+        kh, kw = ker.shape
+        oh, ow = img.shape[0] - kh + 1, img.shape[1] - kw + 1
+        prods = A.generate((oh, ow, kh, kw),
+                           lambda ix: img[ix[0] + ix[2], ix[1] + ix[3]] * ker[ix[2], ix[3]])
+        return A.sum_all(A.map(lambda v: v * v, A.sum(A.sum(prods))))
+    rng = np.random.default_rng(1)
+    img, ker = rng.standard_normal((9, 11)), rng.standard_normal((3, 2))
+    g = A.compile(A.gradientA(f, wrt=(0, 1)), backend="cpu", tiered=False)
+    gi, gk = g(img, ker)
+    out = sum(img[r:r + 7, c:c + 10] * ker[r, c] for r in range(3) for c in range(2))
+    want_k = np.array([[np.sum(2 * out * img[r:r + 7, c:c + 10]) for c in range(2)]
+                       for r in range(3)])
+    want_i = np.zeros_like(img)
+    for r in range(3):
+        for c in range(2):
+            want_i[r:r + 7, c:c + 10] += 2 * out * ker[r, c]
+    np.testing.assert_allclose(gk, want_k, rtol=1e-12)
+    np.testing.assert_allclose(gi, want_i, rtol=1e-12, atol=1e-12)
+    assert g.stats(img, ker)["kernels"] == 3

@@ -18,8 +18,9 @@ from ..ast.nodes import (Acond, Alet, APrj, ATuple, Avar, Awhile, Cond, Const, G
                          PrimApp, Prj, Shape, Tuple, Unit, Var, While)
 from ..ast.prims import PRIMS
 from ..ast.traverse import free_vars, substitute, with_fields
-from ..ast.types import bool_
+from ..ast.types import bool_, int64
 from .base import is_param, trivial
+from .linear import collected
 from .shapes import dims_exp
 
 if TYPE_CHECKING:
@@ -190,6 +191,10 @@ def _r_primapp(self: Local, n: PrimApp):
         return None
     x, y = args
     fl = ty.is_float if ty != bool_ else False
+    if (op == "add" or op == "sub") and ty == int64:
+        r = collected(n, self.bound)
+        if r is not None:
+            return r
     if op == "add":
         if fl:
             if is_zero(y, -1) or (self.adjoint_zeros and is_zero(y)):
