@@ -116,8 +116,8 @@ def _rw_block(b: KBlock, rw) -> KBlock:
 def _flat(e: N.Exp, t, out: list, tuples: dict) -> bool:
     """Append ``e``'s leaf expressions (type ``t``) to ``out``; False if a tuple
     expression other than a variable's projection would have to be projected (copied)
-    to get them.  ``tuples``: the
-    variables let-bound to tuple expressions (their leaves are looked at too)."""
+    to get them.  ``tuples``: the variables let-bound to tuple expressions (their
+    leaves are looked at too)."""
     if not isinstance(t, TupleT):
         out.append(e)
         return True
@@ -235,12 +235,13 @@ def _plan(s: KGenerate):
         if isinstance(e, N.Prj) and isinstance(e.tup, N.Var) and e.tup.name == ix.name:
             return ("index", e.index)
         return None
+    scope = {v.name: b for v, b in lets}
     for pos, e in enumerate(leaves):
         kind = simple(e)
         if kind is not None:
             kinds[pos] = kind
             continue
-        branches = _branch_leaves(e, {v.name: b for v, b in lets}, names)
+        branches = _branch_leaves(e, scope, names)
         if branches is not None:
             test, sides = branches
             side_kinds = [simple(x) for x in sides]
