@@ -112,10 +112,14 @@ class ShapeFacts:
                 return None
             d = self.dims.get(a.name)
             return default_dims(a) if d is None else d
+        return self._remembered(a, t, self._dims_of)
+
+    def _remembered(self, a, t, compute):
+        """``compute(a, t)``, remembered in ``memo`` by the term's identity."""
         hit = self.memo.get(id(a))
         if hit is not None and hit[0] is a:
             return hit[1]
-        r = self._dims_of(a, t)
+        r = compute(a, t)
         self.memo[id(a)] = (a, r)
         return r
 
@@ -171,12 +175,7 @@ class ShapeFacts:
             if t is not APrj and t is not Alet and t is not Acond and t is not Awhile:
                 return self.dims_of(a)
         elif t is not Avar and t is not Awhile:  # (a loop's: ``tuple_dims``, once known)
-            hit = self.memo.get(id(a))
-            if hit is not None and hit[0] is a:
-                return hit[1]
-            r = self._tree_dims(a, t)
-            self.memo[id(a)] = (a, r)
-            return r
+            return self._remembered(a, t, self._tree_dims)
         return self._tree_dims(a, t)
 
     def _tree_dims(self, a, t):
