@@ -618,9 +618,10 @@ def _fold_rows(g: KernelGen, s: KFold, outs: list, rows: list, jlo: str | None,
             g.set_vars(acc, ts, g.apply(s.src, (tuple(row + ["0"]),)))
         start = "1"
     def step(src, j):
-        for acc, (_, row) in zip(accs, rows):
-            x = g.apply(src, (tuple(row + [j]),))
-            g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
+        with g.reusing():  # the rows' shared reads and offsets once
+            for acc, (_, row) in zip(accs, rows):
+                x = g.apply(src, (tuple(row + [j]),))
+                g.update(acc, ts, g.apply(s.f, (rebuild(elt, iter(acc)), x)))
     _inner_loop(g, s, len(rows[0][1]), start, jhi, step, positive)
     for acc, (pos, _) in zip(accs, rows):
         g.store(outs, pos, tuple(acc))

@@ -27,6 +27,8 @@ Imports only ``accel`` (ast, errors, fusion.kernels) and this folder's ``literal
 
 from __future__ import annotations
 
+import contextlib
+
 import re
 from dataclasses import dataclass
 
@@ -150,6 +152,7 @@ class ScalarEmitter(PrimEmitter):
     def __init__(self, check_bounds: bool):
         self.check = check_bounds
         self.body: list = []
+        self._reuse = None  # memo of offsets and reads (``reusing``), or None
         self.ind = 1
         self.count = 0
         self.env: dict = {}  # Var name -> value
@@ -185,6 +188,31 @@ class ScalarEmitter(PrimEmitter):
             self.emit(f"err[{k + 1}] = {i}")
 
     # ---- emission helpers
+
+    @property
+    def ind(self) -> int:
+        return self._ind
+
+    @ind.setter
+    def ind(self, value: int) -> None:
+        self._ind = value
+        if self._reuse:  # a name bound in another block may be unbound here
+            self._reuse.clear()
+
+    @contextlib.contextmanager
+    def reusing(self):
+        """Within the block, an offset or unchecked read already emitted at the same
+        indentation is reused, not emitted again.  For straight-line code that rebinds
+        no index variable (``cpu.fold``'s unrolled blocks of rows: the 32 rows of a
+        plane block read the same element of one operand 16 times and compute each
+        offset 32 times; LLVM merged them, but numba typed and lowered every copy,
+        9 s for an 820-line phase).  Leaving or entering a nested block forgets."""
+        outer = self._reuse
+        self._reuse = {}
+        try:
+            yield
+        finally:
+            self._reuse = None if outer is None else {}
 
     def fresh(self, prefix: str = "t") -> str:
         self.count += 1
@@ -297,8 +325,13 @@ class ScalarEmitter(PrimEmitter):
             expr = f"({expr}) * {d} + {i}"
         if len(ix) == 1:
             return expr
+        memo = self._reuse
+        if memo is not None and ("o", expr) in memo:
+            return memo[("o", expr)]
         off = self.fresh("o")
         self.emit(f"{off} = {expr}")
+        if memo is not None:
+            memo[("o", expr)] = off
         return off
 
     def in_bounds(self, ix: list, dims: list) -> str:
@@ -332,11 +365,17 @@ class ScalarEmitter(PrimEmitter):
             off = f"{off} + {shifted.group(2)}"
         else:
             off = self.offset(ix, arr.dims)
+        memo = self._reuse
+        key = ("r", tuple(arr.leaves), off)
+        if memo is not None and key in memo:
+            return list(memo[key])
         out = []
         for b in arr.leaves:
             n = self.fresh("v")
             self.emit(f"{n} = {self.load(b, off)}")
             out.append(n)
+        if memo is not None:
+            memo[key] = tuple(out)
         return out
 
     def e_Cond(self, e: N.Cond):
