@@ -308,3 +308,44 @@ def test_window_reads_of_a_column_block_compile_to_vector_loads():
     _, asm = kernel_asm(runner, r"k\d+_b")
     loads = len(re.findall(r"\bvfmadd\d+pd\s+-?\w*\(%[^\n]*%[yz]mm", asm))
     assert loads >= 12, f"window reads not loaded as vectors: {loads} packed FMAs from memory"
+
+
+def test_unrolled_rows_reuse_the_offsets_and_reads_they_share():
+    """``KernelGen.reusing``: in a straight-line block an offset or read already emitted
+    is reused (the 32 rows of a plane block read one operand's element once per plane,
+    not once per row: numba typed every copy); outside a block, or once the block's
+    indentation changed (a name bound in a branch), everything is emitted again."""
+    from accel.ast import nodes as N
+    from accel.ast.types import ArrayT, int64 as i64t
+    from accel.backends.cpu.emitter import KernelGen
+    x = N.Avar(N.fresh("x"), ArrayT(float64, 2))
+    p, q = N.Var(N.fresh("p"), i64t), N.Var(N.fresh("q"), i64t)
+    read = N.Index(x, N.Tuple((p, q)))
+
+    def loads(g):
+        return sum(line.count("a0_0[") for line in g.body)
+    for reuse in (False, True):
+        g = KernelGen(False)
+        g.begin("g")
+        g.bind(p, "pp")
+        g.bind(q, "qq")
+        if reuse:
+            with g.reusing():
+                a, b = g.exp(read), g.exp(read)
+                assert a == b
+                assert loads(g) == 1 and sum(" = (pp)" in line for line in g.body) == 1
+                g.ind += 1  # a nested block: names bound there are not reused outside
+                g.exp(read)
+                g.ind -= 1
+                g.exp(read)
+                assert loads(g) == 3
+        else:
+            g.exp(read), g.exp(read)
+            assert loads(g) == 2
+    # the plane-block phase of a sum of outer products: x[j, k, c] * y[j, k, r] over
+    # 2 planes x 16 columns per block; y's element is read once per plane and block
+    kp = _outer_prog(True)
+    src = prepare_kernels(kp).gen.source
+    body = src[src.index("def k0_o("):]
+    body = body[:body.index("\n@")] if "\n@" in body else body
+    assert body.count("a1_0[") <= 16, body.count("a1_0[")  # (13; was 82: once per row)
