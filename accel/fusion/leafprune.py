@@ -193,6 +193,16 @@ def _let_chain(e):
     return lets, e
 
 
+def _recomputed(e, ix: N.Var):
+    """``("const", Const)`` or ``("index", k)`` for a leaf its readers recompute (a
+    constant or component ``k`` of the element's index ``ix``), else None."""
+    if isinstance(e, N.Const):
+        return ("const", e)
+    if isinstance(e, N.Prj) and isinstance(e.tup, N.Var) and e.tup.name == ix.name:
+        return ("index", e.index)
+    return None
+
+
 def _negated(e):
     """``x`` if ``e`` is ``-x``, else None."""
     if isinstance(e, N.PrimApp) and e.op == "neg":
@@ -229,22 +239,16 @@ def _plan(s: KGenerate):
     def keep(pos, e):
         kinds[pos] = ("kept", stored(e))
 
-    def simple(e):
-        if isinstance(e, N.Const):
-            return ("const", e)
-        if isinstance(e, N.Prj) and isinstance(e.tup, N.Var) and e.tup.name == ix.name:
-            return ("index", e.index)
-        return None
     scope = {v.name: b for v, b in lets}
     for pos, e in enumerate(leaves):
-        kind = simple(e)
+        kind = _recomputed(e, ix)
         if kind is not None:
             kinds[pos] = kind
             continue
         branches = _branch_leaves(e, scope, names)
         if branches is not None:
             test, sides = branches
-            side_kinds = [simple(x) for x in sides]
+            side_kinds = [_recomputed(x, ix) for x in sides]
             if all(k is not None or _var_path(x) for k, x in zip(side_kinds, sides)):
                 kinds[pos] = ("cond", stored(test), *[
                     k if k is not None else ("kept", stored(x))
@@ -313,10 +317,8 @@ def _plan_outs(s: KGenerate):
         if isinstance(o.type.elt, TupleT):
             kept_outs.append(o)
             kept_items.append(e)
-        elif isinstance(e, N.Const):
-            kinds[o.name] = ("const", e)
-        elif isinstance(e, N.Prj) and isinstance(e.tup, N.Var) and e.tup.name == ix.name:
-            kinds[o.name] = ("index", e.index)
+        elif _recomputed(e, ix) is not None:
+            kinds[o.name] = _recomputed(e, ix)
         elif _negated(e) is None:
             kept_outs.append(o)
             kept_items.append(e)

@@ -60,10 +60,11 @@ def collected(e: PrimApp, bound: dict):
 
     const = walk(e, 1, 0)
     kept = [(x, c) for x, c in terms.items() if c != 0]
-    if len(kept) == len(terms):  # nothing cancels: merged terms or constants, if any,
-        if seen[2] or (len(kept) == seen[0] and seen[1] < 2  # only without looking
-                       and not (seen[1] == 1 and const == 0)):  # through a variable
-            return None
+    cancelled = len(kept) < len(terms)
+    merged = not seen[2] and (len(terms) < seen[0] or seen[1] >= 2
+                              or (seen[1] == 1 and const == 0))  # (x + 0)
+    if not (cancelled or merged):
+        return None
     if not kept:
         return Const(const, int64)
     out = None
