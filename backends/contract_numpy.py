@@ -7,8 +7,8 @@ products (an MLP's first layer, 2000 x 256 x 100 doubles, 400 MB and seconds of
 NumPy).  A fold that ``fusion.contraction`` recognises as a (batched) matrix product is
 ``einsum`` of its two operand arrays instead (BLAS through NumPy), scaled by its
 index-free factors and multiplied by its per-element ones, under the checks the cpu
-backend's BLAS path makes too (``fusion.contraction.fits``); otherwise the fold runs as
-before.  Results differ from the
+backend's BLAS path makes too (``fusion.contraction.fits``, ``fixed_in_bounds``);
+otherwise the fold runs as before.  Results differ from the
 source's by floating-point reassociation only, as the compiled kernels' do.
 """
 
@@ -20,7 +20,7 @@ from accel.ast import nodes as N
 from accel.ast.traverse import substitute
 from accel.backends import interpreter as I
 from accel.backends.interpreter_values import ArrayValue
-from accel.fusion.contraction import contraction, fits
+from accel.fusion.contraction import contraction, fits, fixed_in_bounds
 from accel.fusion.kernels import KFold
 
 __all__ = ["matrix_product", "product_of"]
@@ -51,7 +51,7 @@ def matrix_product(s: KFold, aenv: dict) -> ArrayValue | None:
 
     shape = ev(s.shape)
     ext = shape + (int(ev(s.n)),)
-    if not fits(c, ext, ev):
+    if not (fits(c, ext, ev) and fixed_in_bounds(c, ev)):
         return None
     ops = [np.asarray(aenv[arr.name].data).reshape(aenv[arr.name].shape)[
                tuple(int(ev(f)) for f in fixed)]

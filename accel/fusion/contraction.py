@@ -40,7 +40,8 @@ from ..simplify.rounds import tidy
 from .kernels import KBlock, KFold, KGenerate, map_blocks
 from .reductions import dim, expand, index_uses, is_sum
 
-__all__ = ["Contraction", "components", "contraction", "fits", "materialise_operands",
+__all__ = ["Contraction", "components", "contraction", "fits", "fixed_in_bounds",
+           "materialise_operands",
            "product"]
 
 
@@ -106,16 +107,29 @@ def contraction(s: KFold) -> Contraction | None:
 def fits(c: Contraction, ext: tuple, ev) -> bool:
     """Whether the fold of ``c`` is that product for the extents ``ext`` of its index (the
     output's, then the folded one): each operand's dimensions after its fixed ones equal
-    the extents it is read at, its fixed indices are in bounds, and the guards hold.
-    ``ev`` evaluates an index-free term (a shape to a tuple of ints, a scalar to an int);
-    a backend checks this before running the fold as a matrix product."""
+    the extents it is read at, and the guards hold.  ``ev`` evaluates an index-free term
+    (a shape to a tuple of ints, a scalar to an int); a backend checks this before
+    running the fold as a matrix product.  Only sizes are read: the fixed indices (a
+    loop counter's row, ``xs[t]``) are left to :func:`fixed_in_bounds`, so that a host
+    deciding on this once holds its decision for every value of them."""
     for sh, axes, fixed in zip(c.shapes, (c.a_axes, c.b_axes), (c.a_fixed, c.b_fixed)):
         dims = tuple(int(d) for d in ev(sh))
         if dims[len(fixed):] != tuple(ext[a] for a in axes):
             return False
-        if not all(0 <= int(ev(f)) < d for f, d in zip(fixed, dims)):
-            return False  # (the fold's own loops read, and may check, out of bounds)
     return all(ext[d] <= int(ev(x)) for d, x in c.guards)
+
+
+def fixed_in_bounds(c: Contraction, ev) -> bool:
+    """Whether the fixed leading indices of both operands are in bounds (where they are
+    not, the fold's own loops read, and may check, out of bounds).  A backend whose
+    product kernel checks them itself (the cpu backend's, which reports the failure as
+    an ``OutOfBoundsError``) need not ask."""
+    for sh, fixed in zip(c.shapes, (c.a_fixed, c.b_fixed)):
+        if fixed:
+            dims = tuple(int(d) for d in ev(sh))
+            if not all(0 <= int(ev(f)) < d for f, d in zip(fixed, dims)):
+                return False
+    return True
 
 
 def _product_of(s, others: bool):

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from accel.ast import nodes as N
 from accel.ast.types import int64
-from accel.backends.numba.kernelgen import at
+from accel.backends.numba.kernelgen import Site, at
 from accel.backends.numba.trees import flat
 from accel.fusion.contraction import Contraction, fits, product
 from accel.fusion.kernels import KFold
@@ -320,12 +320,22 @@ def usable(c: Contraction, shape: tuple, n: int, ev) -> int | None:
 
 
 def _offset(g: KernelGen, arr: N.Avar, fixed: tuple) -> str:
-    """The flat offset of the sub-array of ``arr`` at the leading indices ``fixed``."""
+    """The flat offset of the sub-array of ``arr`` at the leading indices ``fixed``,
+    emitted first in a range function: out of bounds, the function records the failure
+    (``OutOfBoundsError`` on the host, checked or not) and runs none of its tasks.  The
+    host's choice of the phase reads sizes only (``fits``), so a loop that reads row
+    ``t`` of an array keeps one plan for every ``t``."""
     if not fixed:
         return "0"
     dims = g.array(arr).dims
-    lin = flat(g.exp(fixed[0]))[0]
-    for f, d in zip(fixed[1:], dims[1:]):
-        lin = f"({lin}) * {d} + {flat(g.exp(f))[0]}"
+    ix = [flat(g.exp(f))[0] for f in fixed]
+    g.emit(f"if not ({g.in_bounds(ix, dims)}):")
+    g.ind += 1
+    g.record(Site(f"index into array {arr.name}", arr, len(ix)), ix)
+    g.emit("hi = lo")
+    g.ind -= 1
+    lin = ix[0]
+    for i, d in zip(ix[1:], dims[1:]):
+        lin = f"({lin}) * {d} + {i}"
     size = " * ".join(dims[len(fixed):]) or "1"
     return g.assign(int64, f"np.int64({lin}) * {size}")

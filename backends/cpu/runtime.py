@@ -51,6 +51,7 @@ from accel.backends.numba.trees import rebuild
 from . import codegen, compilelog
 from .plan import (StepCall, calls as launch_calls, choose, entry_point, guard_key, guards,
                    guards_hold)
+from .loopreplay import LoopReplay, replayable
 from .straight import StraightLine, eligible
 from .transpose import transpose_reads
 from .vectorize import compile_as_kernels
@@ -266,6 +267,7 @@ class Runner:
         self._straight: dict = {}  # argument shapes -> StraightLine (wired plans)
         self._straight_ok = True  # False once wiring a plan failed
         self._straight_calls = 0  # calls run by a straight-line replay
+        self._loop_replays: list = []  # every loop's ``LoopReplay`` (for ``stats``)
         collect_uses(kp.body, self._uses, "cpu")
         self._what = [f"argument {i} ({p.name})" for i, p in enumerate(kp.params)]
         result_arrays: list = []
@@ -416,8 +418,14 @@ class Runner:
         outer = env[_TAKEN]
         give = self._pool.give
         last: list = []  # the buffers taken by the previous iteration
+        replay = self._loop_replay(s, env)
+        sets: list = [[], []]  # the replay's owned buffers in this run of the loop
         try:
             while True:
+                if replay is not None:
+                    state, done = replay.run(state, env, self._pool, outer, sets)
+                    if done:
+                        break
                 for name, v in zip(names, state):
                     env[name] = v
                 taken = env[_TAKEN] = []
@@ -425,6 +433,8 @@ class Runner:
                 if not env[test].leaves[0][0]:
                     break
                 block(body, env)
+                if replay is not None and replay.learning():
+                    replay.learn(env, env[_PLANS], self._uses)
                 state = [env[r] for r in results]
                 if last:
                     free = []
@@ -443,6 +453,18 @@ class Runner:
             env[_TAKEN] = outer
         for o, v in zip(s.outs, state):
             env[o.name] = v
+
+    def _loop_replay(self, s: KAwhile, env: dict):
+        """The ``LoopReplay`` of loop ``s`` for this call's thread count, or None when its
+        blocks are not only kernel launches."""
+        plans = env[_PLANS]
+        key = ("replay", id(s))
+        replay = plans.get(key)
+        if replay is None:
+            replay = plans[key] = LoopReplay(s) if replayable(s, _LOOP_STEPS) else False
+            if replay:
+                self._loop_replays.append(replay)
+        return replay or None
 
     def _copy(self, v: ArrVal, env: dict) -> ArrVal:
         """A private copy of ``v`` in pooled buffers of this call."""
@@ -681,6 +703,8 @@ class Runner:
         counts = collections.Counter(self._counts)
         for straight in self._straight.values():
             _count_launches(counts, straight)
+        for replay in self._loop_replays:
+            counts.update(replay.launches())
         return dict(counts)
 
     def stats(self) -> dict:
