@@ -92,6 +92,8 @@ class LoopReplay:
         self.arena: dict = {}  # (size, dtype, ordinal) -> buffer
         self.arena_bytes = 0
         self.failed = 0
+        self.retired = collections.Counter()  # launches of variants forgotten
+        self.retired_iterations = 0  # ... and their iterations
         self.err = np.zeros(ERR_SIZE, dtype=np.int64)
 
     # ---- learning
@@ -265,6 +267,8 @@ class LoopReplay:
         var.checks = [(nouter + slot, off, v) for slot, off, v in var.checks]
         if counters != self.counters:  # a newly read counter: earlier keys lack it
             self.counters = counters
+            self.retired.update(self.launches())
+            self.retired_iterations = self.iterations()
             self.variants.clear()
         return var
 
@@ -353,9 +357,14 @@ class LoopReplay:
         raise OutOfBoundsError(f"{site.what}: index {shown(ix)} is out of bounds for "
                                f"shape {shape}")
 
+    def iterations(self) -> int:
+        """Iterations run from learned variants (those that ended the loop included)."""
+        return self.retired_iterations + sum(var.runs + var.ends_run
+                                             for var in self.variants.values())
+
     def launches(self) -> collections.Counter:
         """Launches made by replayed iterations, by counter."""
-        out: collections.Counter = collections.Counter()
+        out = collections.Counter(self.retired)
         for var in self.variants.values():
             for counter, n in var.counts.items():
                 out[counter] += n * var.runs

@@ -420,6 +420,7 @@ class Runner:
         last: list = []  # the buffers taken by the previous iteration
         replay = self._loop_replay(s, env)
         sets: list = [[], []]  # the replay's owned buffers in this run of the loop
+        env[_TAKEN] = []  # (not ``outer``: the replay may finish the loop before a walk)
         try:
             while True:
                 if replay is not None:
@@ -722,6 +723,8 @@ class Runner:
             "launches": self._launches(),  # e.g. {"g_parallel": 2, "p_serial": 1}
             "planned_steps": self._planned,  # loop steps planned, not replayed
             "straight_line_calls": self._straight_calls,  # replays of a wired plan
+            # loop iterations run from a learned launch list (``loopreplay``)
+            "replayed_iterations": sum(r.iterations() for r in self._loop_replays),
             "check_bounds": self.check_bounds,
             "tiered": False,
             "tier": "compiled" if self._calls else None,  # which tier ran the last call
