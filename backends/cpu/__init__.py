@@ -11,7 +11,8 @@ Modules: ``codegen`` (the driver: a step kind's module per loop step), one modul
 loop-step kind holding its kernel emitter and its launch rule (``generate``, ``fold``,
 ``scan``, ``permute``), ``emitter`` (the CPU dialect of the shared scalar emitter, the
 row helpers), ``plan`` (the plan types and the serial/parallel choice), ``runtime``
-(the host walk, buffer pool), ``straight`` (straight-line replays), ``transpose``
+(the host walk, buffer pool), ``straight`` (straight-line replays), ``loopreplay``
+(loop iterations replayed from launch lists), ``transpose``
 (transposed copies of matrices read across a fold's rows), ``mathlib``, ``fpmode`` and
 ``vectorize`` (leaf modules); ``tiered`` (the first calls on the fused NumPy evaluator,
 ``backends.fused``, while ``worker``, a child process, compiles the kernels into the
@@ -66,10 +67,13 @@ Design in brief (details in the modules' docstrings):
 * Subnormals are exact unless ``ACCEL_FLUSH_SUBNORMALS=1`` at compile time, which has
   every kernel function set and restore FTZ/DAZ (``fpmode``).
 * Programs whose plan depends only on their arguments' shapes replay it as a list of
-  kernel calls (``straight``), without re-evaluating host expressions.
+  kernel calls (``straight``), without re-evaluating host expressions; so do the
+  iterations of a loop whose body is only kernel launches, keyed by the state's shapes
+  and loop counters (``loopreplay``).
 * ``check_bounds=True``: every ``Index`` and kept permute target is checked; a failure
   sets a flag (with the index) and the host raises ``OutOfBoundsError`` after the loop.
-  Without it no checks are generated (an out-of-bounds access is undefined behaviour).
+  Without it no checks are generated (an out-of-bounds access is undefined behaviour),
+  but for the fixed row of a matrix product run by BLAS (``contract``), checked always.
   Host-side reads (in shapes and conditions) are always checked.
 * Caching: module files are named by the sha256 of their source in ``$ACCEL_CACHE_DIR``
   (default ``$XDG_CACHE_HOME/accel/<version>-numba<version>/cpu``), written once and
