@@ -17,21 +17,11 @@ import pytest
 import accel as A
 from accel.backends.cpu import runtime
 from accel.errors import OutOfBoundsError
-
-
-def _runner(prog):
-    (runner,) = [r for _, r in prog._cache.values()]
-    return runner
+from compiled_helpers import runner_of as _runner, same_as_interpreter
 
 
 def _same(prog, f, *args):
-    got, want = prog(*args), A.run(f, *args, backend="interpreter")
-    if not isinstance(want, tuple):
-        got, want = (got,), (want,)
-    for g, w in zip(got, want):
-        assert np.shape(g) == np.shape(w)
-        np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-11)
-    return got
+    return same_as_interpreter(prog, f, *args, tol=1e-11)
 
 
 def _rnn(w, u, xs, h0):

@@ -14,24 +14,11 @@ import numpy as np
 import pytest
 
 import accel as A
+from compiled_helpers import runner_of as _runner, same_as_interpreter as _same
 from accel.errors import OutOfBoundsError
 from accel.fusion.deadstate import drop_dead_state
 from accel.ast.types import leaves
 from accel.fusion.kernels import KAwhile, KGenerate
-
-
-def _runner(prog):
-    (runner,) = [r for _, r in prog._cache.values()]
-    return runner
-
-
-def _same(prog, f, *args):
-    got, want = prog(*args), A.run(f, *args, backend="interpreter")
-    if not isinstance(want, tuple):
-        got, want = (got,), (want,)
-    for g, w in zip(got, want):
-        assert np.shape(g) == np.shape(w)
-        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
 
 
 def _shrinking(x):

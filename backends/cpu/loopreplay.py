@@ -41,6 +41,8 @@ from accel.errors import OutOfBoundsError
 from accel.backends.numba.host import ArrVal, shown
 from accel.backends.numba.kernelgen import ERR_SIZE
 
+from .plan import launch_prepared
+
 __all__ = ["LoopReplay", "replayable"]
 
 MAX_VARIANTS = 256  # iteration keys a loop keeps variants for (then it stops learning)
@@ -315,14 +317,7 @@ class LoopReplay:
                 return state, False
             for part in (var.cond, var.body):
                 for fills, calls, sc in part:
-                    for buf, value in fills:
-                        buf.fill(value)
-                    for fn, args, varying in calls:
-                        if varying:
-                            args = args.copy()
-                            for pos, slot in varying:
-                                args[pos] = bufs[slot]
-                        fn(*args)
+                    launch_prepared(fills, calls, bufs)
                     if err[0] != 0:
                         self._raise(sc, var, env)
                 if part is var.cond and not var.test[0]:

@@ -122,6 +122,20 @@ def entry_point(dispatcher):
     return next(iter(overloads.values())).entry_point
 
 
+def launch_prepared(fills: list, calls: list, bufs: list) -> None:
+    """Launch a step prepared for a replay (``straight``, ``loopreplay``): fill its
+    filled work buffers, then call each ``(kernel, arguments, varying)``, where
+    ``varying`` gives the argument positions taking ``bufs[slot]`` in this run."""
+    for buf, value in fills:
+        buf.fill(value)
+    for fn, args, varying in calls:
+        if varying:
+            args = args.copy()
+            for pos, slot in varying:
+                args[pos] = bufs[slot]
+        fn(*args)
+
+
 class StepCall:
     """A loop step with its host expressions evaluated: the buffers to allocate, the
     ``shp`` array and the launches.  Replayed as is by later calls whose ``guards`` hold

@@ -28,7 +28,7 @@ from accel.fusion.kernels import KUse, step_outs
 from accel.backends.numba.host import ArrVal
 from accel.backends.numba.kernelgen import ERR_SIZE
 
-from .plan import entry_point, guards_hold
+from .plan import entry_point, guards_hold, launch_prepared
 
 __all__ = ["StraightLine", "eligible"]
 
@@ -151,14 +151,7 @@ class StraightLine:
                 bufs += res[name].leaves
             err = self.err
             for fills, calls in self.steps:
-                for buf, value in fills:
-                    buf.fill(value)
-                for fn, args, varying in calls:
-                    if varying:
-                        args = args.copy()
-                        for pos, slot in varying:
-                            args[pos] = bufs[slot]
-                    fn(*args)
+                launch_prepared(fills, calls, bufs)
                 if err[0] != 0:  # the step-by-step run that follows raises the error
                     err[:] = 0
                     return None
