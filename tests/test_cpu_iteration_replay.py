@@ -13,6 +13,7 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import accel as A
 from accel.backends.cpu import runtime
@@ -194,3 +195,32 @@ def test_threads_calling_one_program_replay_or_walk_alike():
         t.join()
     assert not errors, errors
     assert _runner(prog).stats()["replayed_iterations"] > 0
+
+
+def _ragged(h0, ks, scale):
+    """A state whose length the host reads from ``ks[t]`` (an array bound outside the
+    loop, read at the counter): the replay's key (shapes, counter), its checks of
+    outer elements and its variants learned in other calls are all exercised."""
+    def body(st):
+        t, h = st
+        n = A.to_int(ks[A.the(t)])
+        m = A.size(h)
+        return (A.unit(A.the(t) + 1),
+                A.generate((n,), lambda i: h[A.min(i, m - 1)] * scale[0]
+                           + A.to_float(A.the(t)) + A.to_float(i) * 0.25))
+    return A.awhile(lambda st: A.unit(A.the(st[0]) < ks.shape[0]), body, (A.unit(0), h0))
+
+
+_RAGGED = A.compile(_ragged, backend="cpu", tiered=False)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(n0=st.integers(1, 5), ks=st.lists(st.integers(1, 4), min_size=0, max_size=12),
+       scale=st.floats(-2.0, 2.0, allow_nan=False), calls=st.integers(1, 3))
+def test_replayed_iterations_match_the_interpreter_on_random_inputs(n0, ks, scale, calls):
+    """One compiled program, many calls: whatever variants earlier calls learned, every
+    call gives the interpreter's result."""
+    args = (np.linspace(-1.0, 1.0, n0), np.array(ks, dtype=np.float64),
+            np.array([scale]))
+    for _ in range(calls):
+        same_as_interpreter(_RAGGED, _ragged, *args)
