@@ -69,6 +69,28 @@ def test_iterations_are_replayed_with_each_calls_arrays(grad):
     _same(prog, f, *_rnn_args(rng, steps=7))  # other shapes: learned again
 
 
+def test_released_buffers_forget_learned_iterations():
+    """``release_buffers`` drops the loop replays' arenas; later calls learn again and
+    the counts in ``stats`` keep what ran before."""
+    prog = A.compile(_rnn, backend="cpu", tiered=False)
+    rng = np.random.default_rng(9)
+    args = _rnn_args(rng, steps=20, hdim=32, idim=8)
+    for _ in range(2):
+        _same(prog, _rnn, *args)
+    runner = _runner(prog)
+    before = runner.stats()
+    assert before["replay_arena_bytes"] > 0
+    prog.release_buffers()
+    after = runner.stats()
+    assert after["replay_arena_bytes"] == 0
+    assert after["replayed_iterations"] == before["replayed_iterations"] > 0
+    assert after["launches"] == before["launches"]
+    for _ in range(2):
+        _same(prog, _rnn, *args)
+    assert runner.stats()["replay_arena_bytes"] > 0
+    assert runner.stats()["replayed_iterations"] > before["replayed_iterations"]
+
+
 def test_a_product_with_row_t_of_an_array_is_planned_once():
     """``fits`` reads no element: the matrix-vector product with row ``t`` keeps one
     plan for every ``t`` (it was planned at every iteration)."""

@@ -355,12 +355,12 @@ class LoopReplay:
     def iterations(self) -> int:
         """Iterations run from learned variants (those that ended the loop included)."""
         return self.retired_iterations + sum(var.runs + var.ends_run
-                                             for var in self.variants.values())
+                                             for var in list(self.variants.values()))
 
     def launches(self) -> collections.Counter:
         """Launches made by replayed iterations, by counter."""
         out = collections.Counter(self.retired)
-        for var in self.variants.values():
+        for var in list(self.variants.values()):  # (another thread may be learning)
             for counter, n in var.counts.items():
                 out[counter] += n * var.runs
             for counter, n in var.ends.items():

@@ -268,6 +268,7 @@ class Runner:
         self._straight_ok = True  # False once wiring a plan failed
         self._straight_calls = 0  # calls run by a straight-line replay
         self._loop_replays: list = []  # every loop's ``LoopReplay`` (for ``stats``)
+        self._replayed = 0  # iterations replayed by loop replays since released
         collect_uses(kp.body, self._uses, "cpu")
         self._what = [f"argument {i} ({p.name})" for i, p in enumerate(kp.params)]
         result_arrays: list = []
@@ -685,12 +686,20 @@ class Runner:
                            f"{first}") from first
 
     def release_buffers(self) -> None:
-        """Forget the pooled buffers and the straight-line replays' arenas (memory
-        returns once nothing else refers to it; replays are rewired by later calls)."""
+        """Forget the pooled buffers and the straight-line and loop replays' arenas
+        (memory returns once nothing else refers to it; replays are rewired by later
+        calls)."""
         self._pool = BufferPool()
         for straight in self._straight.values():
             self._retire(straight)
         self._straight = {}
+        for plans in self._inner.values():
+            for key in [k for k in plans if isinstance(k, tuple) and k[0] == "replay"]:
+                del plans[key]
+        for replay in self._loop_replays:  # (their counts stay in ``stats``)
+            self._counts.update(replay.launches())
+            self._replayed += replay.iterations()
+        self._loop_replays = []
 
     def show(self) -> str:
         """The kernel program, as text."""
@@ -724,7 +733,10 @@ class Runner:
             "planned_steps": self._planned,  # loop steps planned, not replayed
             "straight_line_calls": self._straight_calls,  # replays of a wired plan
             # loop iterations run from a learned launch list (``loopreplay``)
-            "replayed_iterations": sum(r.iterations() for r in self._loop_replays),
+            "replayed_iterations": self._replayed + sum(r.iterations()
+                                                        for r in self._loop_replays),
+            # bytes of intermediates the loop replays hold (``release_buffers`` frees them)
+            "replay_arena_bytes": sum(r.arena_bytes for r in self._loop_replays),
             "check_bounds": self.check_bounds,
             "tiered": False,
             "tier": "compiled" if self._calls else None,  # which tier ran the last call
