@@ -36,12 +36,11 @@ import threading
 import numpy as np
 
 from accel.fusion.kernels import KAwhile, KUse, step_outs
-from accel.errors import OutOfBoundsError
 
-from accel.backends.numba.host import ArrVal, shown
+from accel.backends.numba.host import ArrVal
 from accel.backends.numba.kernelgen import ERR_SIZE
 
-from .plan import launch_prepared
+from .plan import bounds_error, launch_prepared
 
 __all__ = ["LoopReplay", "replayable"]
 
@@ -289,15 +288,13 @@ class LoopReplay:
             self.lock.release()
 
     def _iterate(self, state, env, pool, taken, sets):
-        variants, counters = self.variants, self.counters
+        variants = self.variants
         checked: dict = {}  # id(variant) -> its outer leaves, checked for this run
         held = {id(b) for v in state for b in v.leaves}
         p = 1 if any(id(b) in held for b in sets[0]) else 0
         err = self.err
         while True:
-            key = (tuple(v.shape for v in state),
-                   tuple(b[0] for i in counters for b in state[i].leaves))
-            var = variants.get(key)
+            var = variants.get(self._key(state))
             if var is None:
                 return state, False
             outer = checked.get(id(var))
@@ -340,17 +337,10 @@ class LoopReplay:
         return [b for n in var.outer for b in env[n].leaves]
 
     def _raise(self, sc, var: Variant, env: dict) -> None:
-        err = self.err
-        site = sc.plan.sites[int(err[0]) - 1]
-        ix = tuple(int(i) for i in err[1:1 + site.rank])
-        err[:] = 0
-        name = site.avar.name if site.avar is not None else None
-        if name in var.shapes:
-            shape = var.shapes[name]
-        else:
-            shape = env[name].shape if name in env else sc.shape
-        raise OutOfBoundsError(f"{site.what}: index {shown(ix)} is out of bounds for "
-                               f"shape {shape}")
+        error = bounds_error(sc, self.err, lambda name: var.shapes[name] if name in var.shapes
+                             else env[name].shape)
+        self.err[:] = 0
+        raise error
 
     def iterations(self) -> int:
         """Iterations run from learned variants (those that ended the loop included)."""

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 
 from accel.ast.types import leaves
-from accel.errors import ShapeError
+from accel.errors import OutOfBoundsError, ShapeError
+from accel.backends.numba.host import shown
 
 from .emitter import PAR_MIN_WORK, PAR_TASKS_PER_THREAD
 
@@ -120,6 +121,17 @@ def entry_point(dispatcher):
     if len(overloads) != 1:
         return dispatcher
     return next(iter(overloads.values())).entry_point
+
+
+def bounds_error(sc, err, shape_of) -> OutOfBoundsError:
+    """The ``OutOfBoundsError`` a step's kernels recorded in ``err`` (site, index);
+    ``shape_of(name)`` gives the shape of the array the site reads (``None``: the
+    step's own output, shaped ``sc.shape``)."""
+    site = sc.plan.sites[int(err[0]) - 1]
+    ix = tuple(int(i) for i in err[1:1 + site.rank])
+    shape = shape_of(site.avar.name) if site.avar is not None else sc.shape
+    return OutOfBoundsError(f"{site.what}: index {shown(ix)} is out of bounds for shape "
+                            f"{shape}")
 
 
 def launch_prepared(fills: list, calls: list, bufs: list) -> None:

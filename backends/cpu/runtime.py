@@ -39,18 +39,18 @@ from accel.ast.traverse import free_vars
 from accel.fusion.kernels import (KAcond, KAwhile, KBlock, KFold, KGenerate, KPermute, KScan,
                                   KUse, KernelProgram, count_loops, show_kernel_program,
                                   step_elt, step_label, step_outs)
-from accel.errors import BackendError, OutOfBoundsError, ShapeError
+from accel.errors import BackendError, ShapeError
 from accel.memory import check_allocatable, out_of_memory
 from accel.backends.numba import cache
 from accel.backends.numba.host import (ArrVal, collect_uses, nest, read_input, result_layout,
-                                       run_control, shown)
+                                       run_control)
 from accel.backends.numba.hosteval import HostEval
 from accel.backends.numba.kernelgen import ERR_SIZE
 from accel.backends.numba.trees import rebuild
 
 from . import codegen, compilelog
-from .plan import (StepCall, calls as launch_calls, choose, entry_point, guard_key, guards,
-                   guards_hold)
+from .plan import (StepCall, bounds_error, calls as launch_calls, choose, entry_point,
+                   guard_key, guards, guards_hold)
 from .loopreplay import LoopReplay, replayable
 from .straight import StraightLine, eligible
 from .transpose import transpose_reads
@@ -611,12 +611,7 @@ class Runner:
 
     def _bounds_error(self, sc: "StepCall", env: dict) -> None:
         """Raise the ``OutOfBoundsError`` a step's kernels recorded in ``err``."""
-        err = env[_ERR]
-        site = sc.plan.sites[int(err[0]) - 1]
-        ix = tuple(int(i) for i in err[1:1 + site.rank])
-        tshape = env[site.avar.name].shape if site.avar is not None else sc.shape
-        raise OutOfBoundsError(f"{site.what}: index {shown(ix)} is out of bounds for "
-                               f"shape {tshape}")
+        raise bounds_error(sc, env[_ERR], lambda name: env[name].shape)
 
     def _call(self, name: str, args: list) -> None:
         fn = getattr(self.module, name)
