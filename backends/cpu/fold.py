@@ -124,6 +124,10 @@ def emit(s: KFold, check: bool):
     # for small ones), by rows or interchanged (see outer_major)
     blocked = len(dims) > 0 and _block_ops(s) <= FOLD_BLOCK_MAX_OPS and len(ts) <= 4
     outer = blocked and outer_major(s)
+    # (a block's element functions read across rows, which LLVM does not vectorize:
+    # there a mathlib call is scalar, slower than libm's, so such a source stays on
+    # phase f's vectorized buffer; interchanged loops read along the rows: they keep it)
+    blocked = blocked and (outer or not buffered)
     if outer:
         _fold_interchanged(g, s, dims, outs, m, n)
         _fold_interchanged_chunked(g, s, dims, outs, parts, m, n, nch)
