@@ -79,6 +79,30 @@ def test_buffered_sources_in_lanes(n):
     assert re.search(r"ln\d+ = buf\d+\[", src)  # lanes start from a buffer
 
 
+
+def test_many_rows_of_mathlib_sources_fold_on_the_buffer():
+    """Rows of a source calling ``exp``/``log``/``tanh`` fold on phase ``f``'s buffer
+    (vectorized math), not in blocks of rows (phase ``b``: reads across rows, where the
+    math ran scalar); a source laid out along the rows (a sum over the leading index)
+    keeps its interchanged phase, whose loops read along the rows.  Both match NumPy,
+    with tails of rows and blocks (21 rows of 37, 300 of 500)."""
+    def rows(a):
+        return A.sum(A.map(lambda v: A.exp(v) + A.tanh(v) * A.log(v * v + 1.0), a))
+
+    def columns(a):
+        return A.sum(A.transpose(A.map(A.exp, a)))
+
+    for shape in ((21, 37), (300, 500)):
+        x = RNG.standard_normal(shape)
+        c = A.compile(rows, tiered=False)
+        np.testing.assert_allclose(c(x), (np.exp(x) + np.tanh(x) * np.log(x * x + 1.0)).sum(1),
+                                   rtol=1e-12)
+        assert {k.split("_")[0] for k in c.stats(x)["launches"]} == {"f"}
+        t = A.compile(columns, tiered=False)
+        np.testing.assert_allclose(t(x), np.exp(x).sum(0), rtol=1e-12)
+        assert {k.split("_")[0] for k in t.stats(x)["launches"]} <= {"o", "oc", "combc"}
+
+
 def _windows(x, w):
     """``out[r] = 3 + sum_j x[j + r] * w[j]``: rows share ``w[j]`` (a 1-D convolution's
     kernel adjoint, with a seed)."""
