@@ -10,7 +10,9 @@ Phases (the rule that picks one is :func:`launch`, beside the kernels):
   by ``+ * max min`` runs in ``FOLD_LANES`` interleaved accumulators (``_fold_lanes``).
 * ``b``: rows in blocks of up to 16 (independent accumulator chains, SLP-vectorized;
   sums of outer products also ``FOLD_PLANES`` rows of the dimension before the last),
-  for small element functions.
+  for small element functions that call no ``mathlib`` function (its polynomial
+  vectorizes along a row only: phase ``f`` computes it into a buffer; a (2000, 500)
+  sum of ``exp`` took 5.2 ms in blocks, 2.7 ms on the buffer, two threads).
 * ``o``, ``oc``/``combc``: the interchanged loops, when the source is laid out along
   the rows (sums over points: :func:`outer_major`), by tiles of rows or, for few
   rows, by chunks of elements combined in order.
