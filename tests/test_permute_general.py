@@ -89,8 +89,14 @@ COMPILED = [b for b in ("cpu", "cuda") if usable(b)]
 
 @pytest.mark.parametrize("backend", COMPILED)
 def test_compiled_backends_match_the_interpreter(backend):
+    """The program of all three operators: its gradient, its second derivatives and its
+    jvp match the interpreter's.  The cpu backend compiles reverse-over-forward only
+    (16 s); reverse-over-reverse (44 s to compile on the cpu) is checked on the cuda
+    backend, and per operator on the interpreter and the fused backend against
+    forward mode and finite differences (above)."""
     d, x = inputs()
-    for f in (all_three, second_reverse(all_three), second_forward(all_three)):
+    seconds = (second_forward,) if backend == "cpu" else (second_reverse, second_forward)
+    for f in (all_three,) + tuple(second(all_three) for second in seconds):
         ref = A.run(A.gradientA(f), d, x, backend="interpreter")
         out = A.run(A.gradientA(f), d, x, backend=backend)
         for r, o in zip(ref, out):
