@@ -97,10 +97,13 @@ def test_tape_rows_are_trip_count_over_checkpoint(monkeypatch, every, T):
 
 
 def test_gradient_exact_with_and_without_checkpoints():
+    """Every checkpoint interval on the interpreter; on the cpu (a numba compilation
+    each) one per kind of tape: every step kept (1), a remainder (3: 7 = 2 * 3 + 1),
+    one checkpoint (10 > T; 7 = T is the same one-row tape)."""
     args = _args(7, m=5, seed=3)
     want = A.run(A.gradientA(_rnn(7), wrt=(0, 1)), *args, backend="interpreter")
     for every in (1, 2, 3, 7, 10):
-        for backend in ("interpreter", "cpu"):
+        for backend in ("interpreter",) + (("cpu",) if every in (1, 3, 10) else ()):
             got = A.run(A.gradientA(_rnn(7, every), wrt=(0, 1)), *args, backend=backend)
             for g, w in zip(got, want):
                 np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
