@@ -121,7 +121,7 @@ def test_cpu_backend_agrees_with_the_interpreter(desc):
     check_backends(desc, ["cpu"])
 
 
-@slow_settings(25)
+@slow_settings(15)  # each example compiles its program and derivatives on every backend
 @given(desc=programs(differentiable=True, max_stmts=5))
 def test_reverse_forward_and_finite_differences_agree(desc):
     try:
