@@ -14,9 +14,12 @@ def runner_of(prog):
     return runner
 
 
-def same_as_interpreter(prog, f, *args, tol: float = 1e-12):
-    """``prog(*args)``, checked equal to the interpreter's ``f(*args)`` (shapes too)."""
-    got, want = prog(*args), A.run(f, *args, backend="interpreter")
+def same_as_interpreter(prog, f, *args, tol: float = 1e-12, want=None):
+    """``prog(*args)``, checked equal to the interpreter's ``f(*args)`` (shapes too);
+    ``want``: that result, computed before."""
+    got = prog(*args)
+    if want is None:
+        want = A.run(f, *args, backend="interpreter")
     if not isinstance(want, tuple):
         got, want = (got,), (want,)
     for g, w in zip(got, want):

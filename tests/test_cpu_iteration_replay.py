@@ -122,9 +122,12 @@ def test_a_products_row_out_of_bounds_is_reported(check_bounds):
 
 
 def test_replayed_launches_are_counted_as_walked():
-    """``stats()["launches"]`` counts a replayed iteration's launches as the walk does."""
-    args = _rnn_args(np.random.default_rng(6), steps=12, hdim=16, idim=8)
-    f = A.gradientA(_rnn, wrt=(0,))
+    """``stats()["launches"]`` counts a replayed iteration's launches as the walk does.
+    (The gradient program and sizes of ``test_iterations_are_replayed_with_each_calls_arrays``:
+    run after it, its kernels are in numba's cache: not another 15 s of compilation.)"""
+    args = _rnn_args(np.random.default_rng(3))
+    f = A.gradientA(_rnn, wrt=(0, 1, 3))
+    want = A.run(f, *args, backend="interpreter")
     counts = []
     for replay in (True, False):
         saved = runtime.replayable
@@ -133,7 +136,7 @@ def test_replayed_launches_are_counted_as_walked():
         try:
             prog = A.compile(f, backend="cpu", tiered=False)
             for _ in range(3):
-                _same(prog, f, *args)
+                same_as_interpreter(prog, f, *args, tol=1e-11, want=want)
             stats = _runner(prog).stats()
         finally:
             runtime.replayable = saved
@@ -244,5 +247,6 @@ def test_replayed_iterations_match_the_interpreter_on_random_inputs(n0, ks, scal
     call gives the interpreter's result."""
     args = (np.linspace(-1.0, 1.0, n0), np.array(ks, dtype=np.float64),
             np.array([scale]))
+    want = A.run(_ragged, *args, backend="interpreter")  # (the same for every call)
     for _ in range(calls):
-        same_as_interpreter(_RAGGED, _ragged, *args)
+        same_as_interpreter(_RAGGED, _ragged, *args, want=want)
