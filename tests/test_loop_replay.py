@@ -74,6 +74,32 @@ def test_sizes_read_from_elements_of_the_state():
     assert runner.stats()["planned_steps"] == before
 
 
+def _sizes_from_an_outer_array(m, x):
+    """Iteration ``t`` sums a generate of length ``m[t]``: its plan reads an element of
+    an array bound outside the loop, at an offset that changes every iteration."""
+    def body(st):
+        t, acc = st
+        ys = A.generate((A.to_int(m[A.the(t)]),), lambda i: A.to_float(i) * x[0] + 1.0)
+        return A.unit(A.the(t) + 1), A.unit(A.the(acc) + A.the(A.sum_all(ys)))
+    return A.awhile(lambda st: A.unit(A.the(st[0]) < m.shape[0]), body,
+                    (A.unit(0), A.unit(0.0)))[1]
+
+
+def test_replayed_iterations_check_the_outer_elements_their_plans_read():
+    """Learned iterations are replayed (the second call) but not when an element of the
+    outer array they read differs (third call, same shapes): the interpreter's results."""
+    prog = A.compile(_sizes_from_an_outer_array, backend="cpu")
+    x = np.array([0.5, 2.0])
+    m = np.array([1.0, 2.0, 3.0, 4.0, 2.0])
+    _same(prog, _sizes_from_an_outer_array, m, x)
+    runner = _runner(prog)
+    before = runner.stats()["replayed_iterations"]
+    _same(prog, _sizes_from_an_outer_array, m, x * 3.0)
+    assert runner.stats()["replayed_iterations"] - before >= 4
+    for changed in ([1.0, 2.0, 7.0, 4.0, 2.0], [1.0, 2.0, 3.0, 4.0, 0.0], list(m)):
+        _same(prog, _sizes_from_an_outer_array, np.array(changed), x)
+
+
 def test_plans_of_a_counter_read_on_the_host_are_kept_across_calls():
     """A matrix-vector product with row ``t`` of ``xs`` (its offset is computed on the
     host) and a tape read at ``t``: the first call plans those steps at every iteration,

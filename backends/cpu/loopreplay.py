@@ -18,19 +18,22 @@ the same shapes and whose loop counters (one-element state arrays a plan read) h
 same values run the variant's launches directly: about 1 us a launch on the host.
 
 A variant holds while the reads its plans made hold: the state's shapes and counters
-(its key), elements of other state arrays (checked every iteration), and shapes and
-elements of arrays bound outside the loop (checked once per run of the loop: they do
-not change during it).  When no variant holds, the runtime runs the iteration step by
-step and learns it.  A plan that read an element of an array computed by the iteration
-itself cannot be checked before the iteration runs: such a loop is not replayed.
-Buffers a result carries over from the state (a parameter returned as it is, or updated
-in place by a permute) must not be one the iteration writes; an iteration where one is
-runs step by step.
+(its key), elements of other state arrays and of arrays bound outside the loop (checked
+every iteration: a few reads, and variants often differ in them, as in an offset into
+a tape), and the shapes of the arrays bound outside the loop (checked once per run of
+the loop: they do not change during it).  When no variant holds, the runtime runs the
+iteration step by step and learns it.  A plan that read an element of an array
+computed by the iteration itself cannot be checked before the iteration runs: such a
+loop is not replayed.  Buffers a result carries over from the state (a parameter
+returned as it is, or updated in place by a permute) must not be one the iteration
+writes; an iteration where one is runs step by step.
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
+import operator
 import threading
 
 import numpy as np
@@ -40,7 +43,7 @@ from accel.fusion.kernels import KAwhile, KUse, step_outs
 from accel.backends.numba.host import ArrVal
 from accel.backends.numba.kernelgen import ERR_SIZE
 
-from .plan import bounds_error, launch_prepared
+from .plan import bounds_error
 
 __all__ = ["LoopReplay", "replayable"]
 
@@ -62,18 +65,23 @@ class Variant:
     and the leaves of the set the iteration writes (``owned``); everything else (the
     arena, constants) is in the argument templates."""
 
-    __slots__ = ("outer", "outer_checks", "checks", "owned", "cond", "body", "test",
-                 "results", "carried", "shapes", "counts", "ends", "runs", "ends_run")
+    __slots__ = ("outer", "outer_checks", "outer_id", "checks", "owned", "consts", "cond",
+                 "body", "test", "results", "next_shapes", "next_leaves", "carried",
+                 "shapes", "counts", "ends", "runs", "ends_run")
 
     def __init__(self):
         self.outer: list = []  # names of arrays bound outside the loop, in slot order
-        self.outer_checks: list = []  # (name, shape, reads) of their guards
+        self.outer_checks: list = []  # (name, shape, reads) of their guards; then (name, shape)
         self.checks: list = []  # (state leaf slot, offset, value): other state reads
-        self.owned: list = []  # (size, dtype) per owned slot
-        self.cond: list = []  # (fills, calls, step call) per step of the condition
+        self.outer_id = 0  # equal for variants with equal outer arrays and guards on them
+        self.owned: list = []  # (size, dtype) per owned slot (a tuple shared by equal ones)
+        self.consts: list = []  # the buffers and values every iteration passes as they are
+        self.cond: list = []  # (fills, [(kernel, argument getter)], step call) per step
         self.body: list = []  # ... of the body
         self.test = None  # the condition's result buffer
         self.results: list = []  # (shape, [slot or buffer]) per state array
+        self.next_shapes: tuple = ()  # the shapes of the next state
+        self.next_leaves = None  # slots -> the next state's leaves (an itemgetter)
         self.carried: list = []  # state leaf slots the results carry over
         self.shapes: dict = {}  # shape of every array bound in the iteration
         self.counts = collections.Counter()  # launches per iteration, by counter
@@ -96,6 +104,7 @@ class LoopReplay:
         self.retired = collections.Counter()  # launches of variants forgotten
         self.retired_iterations = 0  # ... and their iterations
         self.err = np.zeros(ERR_SIZE, dtype=np.int64)
+        self.interned: dict = {}  # variants' outer guards and owned sets -> one object each
 
     # ---- learning
 
@@ -258,14 +267,45 @@ class LoopReplay:
                 return starts[x[1]] + x[2]
             return nouter + x[1] if x[0] == "s" else nouter + state_slot + x[1]
 
+        # everything else an iteration passes (arena buffers, ``shp``, constants) is a
+        # slot after the owned ones, so that every launch's arguments are one itemgetter
+        consts: dict = {}  # id -> slot
+
+        def slot(x):
+            if isinstance(x, tuple):
+                return flat(x)
+            k = consts.get(id(x))
+            if k is None:
+                k = consts[id(x)] = nouter + state_slot + len(var.owned) + len(var.consts)
+                var.consts.append(x)
+            return k
+
         for part in (var.cond, var.body):
-            for fills, prepared, sc in part:
-                for j, (fn, args, varying) in enumerate(prepared):
-                    prepared[j] = (fn, [None if isinstance(a, tuple) else a for a in args],
-                                   tuple((p, flat(a)) for p, a in varying))
-        var.results = [(shape, [flat(x) for x in lv]) for shape, lv in var.results]
+            for j, (fills, prepared, sc) in enumerate(part):
+                ops = [(fn, operator.itemgetter(*[slot(a) for a in args]))
+                       for fn, args, _ in prepared]
+                part[j] = (fills, ops, sc)
+        var.results = [(shape, [slot(x) for x in lv]) for shape, lv in var.results]
+        var.next_shapes = tuple(shape for shape, _ in var.results)
+        leaves = [x for _, lv in var.results for x in lv]
+        var.next_leaves = (operator.itemgetter(*leaves) if len(leaves) > 1 else
+                           lambda bufs, k=leaves[0]: (bufs[k],))
         var.carried = [nouter + x for x in var.carried]
-        var.checks = [(nouter + slot, off, v) for slot, off, v in var.checks]
+        # the elements read of outer arrays are checked with the state's, every iteration
+        # (a few reads, often of a tape at the iteration's offset: variants differ in
+        # them); their shapes once per run of the loop, for all variants that share them
+        checks = {(nouter + slot, off): v for slot, off, v in var.checks}
+        for name, _, reads in var.outer_checks:
+            first = starts[var.outer.index(name)]
+            for off, vals in reads:
+                for k, v in enumerate(vals):
+                    checks[(first + k, off)] = v
+        var.checks = [(j, off, v) for (j, off), v in checks.items()]
+        var.outer_checks = list(dict.fromkeys((name, shape)
+                                              for name, shape, _ in var.outer_checks))
+        var.owned = self.interned.setdefault(("owned", *var.owned), tuple(var.owned))
+        guards = ("outer", tuple(var.outer), tuple(var.outer_checks))
+        var.outer_id = self.interned.setdefault(guards, len(self.interned))
         if counters != self.counters:  # a newly read counter: earlier keys lack it
             self.counters = counters
             self.retired.update(self.launches())
@@ -288,52 +328,72 @@ class LoopReplay:
             self.lock.release()
 
     def _iterate(self, state, env, pool, taken, sets):
-        variants = self.variants
-        checked: dict = {}  # id(variant) -> its outer leaves, checked for this run
+        """The replay proper.  Between iterations the state is its shapes and its flat
+        leaves, not ``ArrVal`` objects: an RNN step's ten launches take about 25 us, and
+        the host's work around them was as much again."""
+        variants, err = self.variants, self.err
+        checked: dict = {}  # outer_id -> the variant's outer leaves, checked for this run
         held = {id(b) for v in state for b in v.leaves}
         p = 1 if any(id(b) in held for b in sets[0]) else 0
-        err = self.err
+        ready = [None, None]  # the owned tuple each set of buffers was checked for
+        starts = list(itertools.accumulate((len(v.leaves) for v in state), initial=0))
+        counters = [starts[i] + k for i in self.counters
+                    for k in range(len(state[i].leaves))]
+        shapes = tuple(v.shape for v in state)
+        leaves = [b for v in state for b in v.leaves]
+        done = False
         while True:
-            var = variants.get(self._key(state))
+            var = variants.get((shapes, tuple(leaves[j][0] for j in counters)))
             if var is None:
-                return state, False
-            outer = checked.get(id(var))
+                break
+            outer = checked.get(var.outer_id)
             if outer is None:
                 outer = self._outer(var, env)
                 if outer is None:
-                    return state, False
-                checked[id(var)] = outer
+                    break
+                checked[var.outer_id] = outer
             own = sets[p]
-            if len(own) != len(var.owned) or any(
-                    b.size != size or b.dtype != dt for b, (size, dt) in zip(own, var.owned)):
-                own[:] = [pool.take(size, dt, taken) for size, dt in var.owned]
-            bufs = outer + [b for v in state for b in v.leaves] + own
+            if ready[p] is not var.owned:
+                if len(own) != len(var.owned) or any(
+                        b.size != size or b.dtype != dt for b, (size, dt) in zip(own, var.owned)):
+                    own[:] = [pool.take(size, dt, taken) for size, dt in var.owned]
+                ready[p] = var.owned
+            bufs = outer + leaves + own + var.consts
             if var.carried and any(bufs[j] is b for j in var.carried for b in own):
-                return state, False  # a carried buffer would be overwritten
-            if any(not bufs[j][off] == v for j, off, v in var.checks):
-                return state, False
-            for part in (var.cond, var.body):
-                for fills, calls, sc in part:
-                    launch_prepared(fills, calls, bufs)
-                    if err[0] != 0:
-                        self._raise(sc, var, env)
-                if part is var.cond and not var.test[0]:
-                    var.ends_run += 1
-                    return state, True
+                break  # a carried buffer would be overwritten
+            if var.checks and any(not bufs[j][off] == v for j, off, v in var.checks):
+                break
+            for fills, ops, sc in var.cond:
+                for buf, value in fills:
+                    buf.fill(value)
+                for fn, args in ops:
+                    fn(*args(bufs))
+                if err[0] != 0:
+                    self._raise(sc, var, env)
+            if not var.test[0]:
+                var.ends_run += 1
+                done = True
+                break
+            for fills, ops, sc in var.body:
+                for buf, value in fills:
+                    buf.fill(value)
+                for fn, args in ops:
+                    fn(*args(bufs))
+                if err[0] != 0:
+                    self._raise(sc, var, env)
             var.runs += 1
-            state = [ArrVal(shape, [bufs[x] if isinstance(x, int) else x for x in lv])
-                     for shape, lv in var.results]
+            shapes, leaves = var.next_shapes, list(var.next_leaves(bufs))
             p = 1 - p
+        state = [ArrVal(shape, leaves[a:b])
+                 for shape, a, b in zip(shapes, starts, starts[1:])]
+        return state, done
 
     def _outer(self, var: Variant, env: dict):
         """The leaves of ``var``'s outer arrays in ``env`` if its guards on them hold."""
-        for name, shape, reads in var.outer_checks:
+        for name, shape in var.outer_checks:
             v = env.get(name)
             if v is None or v.shape != shape:
                 return None
-            for off, vals in reads:
-                if any(not b[off] == x for b, x in zip(v.leaves, vals)):
-                    return None
         return [b for n in var.outer for b in env[n].leaves]
 
     def _raise(self, sc, var: Variant, env: dict) -> None:
