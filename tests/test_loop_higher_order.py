@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import accel as A
 from accel.ad.api import gradient_program
 from accel.ad.forward.driver import jvp_program
-from accel.ad.reverse.loop_shapes import keeps_shape
+from accel.ad.reverse.loop_shapes import keeps_shape, settles
 from accel.ast.nodes import Awhile, Index
 from accel.backends import fused as numpy_eval
 from accel.fusion.fuse import fuse
@@ -249,6 +249,66 @@ def test_which_leaves_keep_their_shape():
                               x))
     assert keeps_shape(_traced_awhile(grow, [X]).body) == [False]
     assert A.check_grad(grow, X[:2], backend="interpreter")
+
+
+def settled_rnn(W, trips, every=None):
+    """``h <- tanh(W h + 0.1 t)`` written with ``replicate`` + ``zip_with`` + ``sum``: the
+    new length of ``h`` is ``min`` of sizes, rows of ``W`` whatever the length of ``h``,
+    so with a ``(4, 6)`` ``W`` and a length-6 ``h0`` the states have lengths 6, 4, 4, ...
+    (``h`` *settles*); loss ``sum(h^2)``."""
+    rows = W.shape[0]
+
+    def f(h0):
+        w = A.use(W)
+
+        def body(s):
+            h, t = s
+            pre = A.sum(A.zip_with(lambda a, b: a * b, w, A.replicate((rows, A.All), h)))
+            return (A.map(lambda v: A.tanh(v + 0.1 * A.to_float(A.the(t))), pre),
+                    A.unit(A.the(t) + 1))
+        h, _ = A.awhile(lambda s: A.unit(A.the(s[1]) < trips), body, (h0, A.unit(0)),
+                        checkpoint=every)
+        return A.sum(A.map(lambda v: v * v, h))
+    return f
+
+
+W46 = np.random.default_rng(8).uniform(-0.8, 0.8, (4, 6))
+
+
+def test_which_leaves_settle():
+    """A leaf settles when the shape the body gives it reads no shape of the state."""
+    assert settles(_traced_awhile(settled_rnn(W46, 3), [np.ones(6)]).body) == [True, True]
+    assert keeps_shape(_traced_awhile(settled_rnn(W46, 3), [np.ones(6)]).body) == [False, True]
+    assert settles(_traced_awhile(shrinking(), [X]).body) == [False]
+    assert settles(_traced_awhile(counted_loop(), [X]).body) == [False, True]
+
+
+@pytest.mark.parametrize("every", [None, 2, 3])
+@pytest.mark.parametrize("trips", [0, 1, 2, 5])
+def test_settled_state_tape_of_rows(every, trips):
+    """A settled leaf has a tape of rows, not a flat one (its first state, of another
+    length, is read from the loop's initial value), and the gradient agrees with forward
+    mode and differences with 0, 1, 2 or many trips."""
+    h0 = np.linspace(-0.9, 0.8, 6)
+    f = settled_rnn(W46, trips, every)
+    kp = fuse(optimise(trace_program(A.gradientA(f), _sig([h0]))))
+    taped = [w for w in _loops(kp.body) if w.owned]
+    if trips:
+        tapes = [p for p in taped[0].params if p.name in taped[0].owned
+                 and p.type.elt == A.float64]
+        assert [p.type.rank for p in tapes] == [2], tapes
+    assert A.check_grad(f, h0, backend="interpreter")
+    want = A.run(A.gradientA(f), h0, backend="interpreter")
+    if (trips, every) in ((0, None), (5, 3)):  # (a numba compilation each)
+        np.testing.assert_allclose(A.run(A.gradientA(f), h0, backend="cpu"), want,
+                                   rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "fused"])
+def test_settled_state_second_order(backend):
+    check_second_order(settled_rnn(W46, 3), np.linspace(-0.9, 0.8, 6), backend)
+    if backend == "interpreter":
+        check_second_order(settled_rnn(W46, 4, every=3), np.linspace(-0.9, 0.8, 6), backend)
 
 
 @pytest.mark.parametrize("every,n", [(None, 6), (2, 6), (3, 7), (1, 2)])

@@ -15,9 +15,15 @@ allows it), so its tape is *flat*: one 1-D value tape holding its kept states on
 the other in row-major order (its length, the sum of their sizes, is summed by the
 counting pass), plus an offset tape and r dimension tapes (rank r) with one entry per
 checkpoint; the dual rebuilds state k as ``generate dims (\\ix -> tape[off + linear
-ix])``.  (A flat tape for every leaf would be correct too, but costs a few host steps
-per iteration more: the gradient of the RNN of ``tests/test_loop_tape.py``, T = 100,
-m = 10, took 60 ms instead of 23 ms on the cpu backend, on a loaded machine.)  Each
+ix])``.  Between the two, a leaf whose new shape depends only on arrays from outside the
+loop (``loop_shapes.settles``: ``h <- tanh(W h + b)`` written with ``zip_with``, whose
+length is a ``min`` of sizes) has one shape from its second state on: its tape has rows
+shaped as the counting pass's last state, the first state (the loop's initial value,
+maybe of another shape) is not written, and the dual reads state 0 from the initial
+value.  (The corpus RNN's taped loop: 7 launches an iteration instead of 9.)  A flat
+tape for every leaf would be correct too, but costs a few host steps per iteration
+more: the gradient of the RNN of ``tests/test_loop_tape.py``, T = 100, m = 10, took 60
+ms instead of 23 ms on the cpu backend, on a loaded machine.  Each
 iteration writes its state with a ``permute (\\new old -> new)`` into the loop-carried
 tapes, which fusion updates in place (O(state) a step), and which has derivative rules
 in both modes (so loop gradients differentiate again).  Memory: the sum of the kept
@@ -36,7 +42,7 @@ from ...ast.types import ArrayT, ATupleT, bool_, has_float, int64, shape_type
 from ...errors import NotDifferentiableError
 from ..anf import ABind, leaves, tree_like, tree_term, type_leaves
 from ..blocks import zero
-from .loop_shapes import keeps_shape
+from .loop_shapes import keeps_shape, settles
 from .terms import empty_of, zeros_like
 
 
@@ -131,7 +137,11 @@ def awhile(rev, b: ABind, dys: list):
     floats = [has_float(t) for t in tl]  # (the others carry no adjoint)
     needed = _read_leaves(vprog, xp, floats) if every == 1 else [True] * m
     fixed = keeps_shape(op.body)
-    flex = [leaf for leaf in range(m) if needed[leaf] and not fixed[leaf]]
+    # a leaf whose shape settles after the first iteration gets a tape of rows shaped
+    # as the counting pass's last state; state 0 is read from the loop's initial value
+    settled = [not f and st and isinstance(i, N.Avar)
+               for f, st, i in zip(fixed, settles(op.body), init)]
+    flex = [leaf for leaf in range(m) if needed[leaf] and not fixed[leaf] and not settled[leaf]]
 
     def kept(kv):  # is state k a checkpoint?
         return _p("eq", _p("mod", _the(kv), _c(every)), _c(0)) if every > 1 else \
@@ -140,30 +150,42 @@ def awhile(rev, b: ABind, dys: list):
     def with_sums(items, sums):  # a loop state's components, the sums last if any
         return _tuple(tuple(items) + ((_tuple(sums),) if flex else ()))
 
-    # -- count pass: (x, k, tot) -> (body x, k + 1, tot + |x| if k % every == 0)
-    # (tot, one per flat-taped leaf: the elements of the states its tape will keep)
+    # -- count pass: (x, k, tot, last) -> (body x, k + 1, tot + |x| if k % every == 0,
+    # dims of x) (tot, one per flat-taped leaf: the elements of the states its tape will
+    # keep; last, one per dimension of a settled leaf: the shape of the last state, that
+    # of every state but the first when there are two or more)
     FT = ATupleT((UT,) * len(flex))
-    CT = ATupleT((T, UT) + ((FT,) if flex else ()))
+    sdims = [(leaf, q) for leaf in range(m) if settled[leaf] for q in range(tl[leaf].rank)]
+    XT = ATupleT((UT,) * (len(flex) + len(sdims)))
+    counted = bool(flex or sdims)
+    CT = ATupleT((T, UT) + ((XT,) if counted else ()))
     s = N.Avar(N.fresh("s"), CT)
     x = N.Avar(N.fresh("a"), T)
     cnt_cond = N.ALam(s, N.Alet(x, N.APrj(0, s), _call(op.cond, x)))
     s2 = N.Avar(N.fresh("s"), CT)
     x2, k2 = N.Avar(N.fresh("a"), T), N.Avar(N.fresh("a"), UT)
-    tot2 = N.Avar(N.fresh("a"), FT)
+    tot2 = N.Avar(N.fresh("a"), XT)
+
+    def counts(items, sums):
+        return _tuple(tuple(items) + ((_tuple(sums),) if counted else ()))
 
     def count_next(xl, tl_):
         tots = [_unit(_p("add", _the(t), N.Cond(kept(k2), _size(xl[leaf]), _c(0))))
                 for t, leaf in zip(tl_, flex)]
-        return with_sums((_call(op.body, x2), _unit(_p("add", _the(k2), _c(1)))), tots)
+        last = [_unit(N.Prj(q, N.Shape(xl[leaf]))) for leaf, q in sdims]
+        return counts((_call(op.body, x2), _unit(_p("add", _the(k2), _c(1)))), tots + last)
     cnt_body = N.ALam(s2, _lets(
-        [(x2, N.APrj(0, s2)), (k2, N.APrj(1, s2))] + ([(tot2, N.APrj(2, s2))] if flex else []),
-        _bind_leaves(T, x2, lambda xl: _bind_leaves(FT, tot2, lambda tl_: count_next(xl, tl_))
-                     if flex else count_next(xl, []))))
-    cnt_init = with_sums((tree_term(_term_tree(op.init)), _unit(_c(0))),
-                         [_unit(_c(0))] * len(flex))
+        [(x2, N.APrj(0, s2)), (k2, N.APrj(1, s2))] + ([(tot2, N.APrj(2, s2))] if counted else []),
+        _bind_leaves(T, x2, lambda xl: _bind_leaves(XT, tot2, lambda tl_: count_next(xl, tl_))
+                     if counted else count_next(xl, []))))
+    cnt_init = counts((tree_term(_term_tree(op.init)), _unit(_c(0))),
+                      [_unit(_c(0))] * len(flex)
+                      + [_unit(N.Prj(q, N.Shape(init[leaf]))) for leaf, q in sdims])
     kk = N.Avar(N.fresh("a"), UT)
     tots = dict(zip(flex, (N.Avar(N.fresh("a"), UT) for _ in flex)))
-    cnt_outs = tuple(N.Avar(N.fresh("a"), t) for t in tl) + (kk,) + tuple(tots.values())
+    rows_dims = {d: N.Avar(N.fresh("a"), UT) for d in sdims}  # a settled leaf's rows
+    cnt_outs = (tuple(N.Avar(N.fresh("a"), t) for t in tl) + (kk,) + tuple(tots.values())
+                + tuple(rows_dims.values()))
     n = kk
     # number of checkpoints: ceil(n / every)
     cap_e = _p("floordiv", _p("add", _the(n), _c(every - 1)), _c(every))
@@ -178,7 +200,7 @@ def awhile(rev, b: ABind, dys: list):
         layout.append(len(ttypes))
         if not needed[leaf]:
             continue
-        if fixed[leaf]:
+        if fixed[leaf] or settled[leaf]:
             ttypes.append(ArrayT(t.elt, t.rank + 1))
         else:
             ttypes.append(ArrayT(t.elt, 1))
@@ -208,9 +230,12 @@ def awhile(rev, b: ABind, dys: list):
             j, r, sh = layout[leaf], t.rank, N.Shape(xl_)
             if not needed[leaf]:
                 continue
-            if fixed[leaf]:
-                tapes[j] = write(tpl[j], keep, xl_, lambda i: N.Tuple(
-                    (row,) + tuple(N.Prj(q, i) for q in range(r))))
+            if fixed[leaf] or settled[leaf]:
+                # (a settled leaf's state 0 is the loop's initial value, maybe of
+                # another shape than the rows: not written)
+                tapes[j] = write(tpl[j], _p("and", keep, _p("gt", _the(k3), _c(0)))
+                                 if settled[leaf] else keep, xl_, lambda i: N.Tuple(
+                                     (row,) + tuple(N.Prj(q, i) for q in range(r))))
                 continue
             off = _the(ofl[flex.index(leaf)])
             # (the state flattened, written at off + j: an injective scatter, whose
@@ -238,9 +263,9 @@ def awhile(rev, b: ABind, dys: list):
     for leaf, t in enumerate(tl):
         if not needed[leaf]:
             continue
-        if fixed[leaf]:
-            sh = N.Tuple((cap_e,) + tuple(N.Prj(q, N.Shape(init[leaf]))
-                                          for q in range(t.rank)))
+        if fixed[leaf] or settled[leaf]:
+            sh = N.Tuple((cap_e,) + tuple(_the(rows_dims[(leaf, q)]) if settled[leaf] else
+                                          N.Prj(q, N.Shape(init[leaf])) for q in range(t.rank)))
             tapes0.append(_gen_zero(sh, t.elt))
         else:
             tapes0.append(_gen_zero(N.Tuple((_the(tots[leaf]),)), t.elt))
@@ -279,6 +304,15 @@ def awhile(rev, b: ABind, dys: list):
             flat = tape_vars[j]
             if fixed[leaf]:
                 rows.append(N.Slice(flat, (row,) + (None,) * r))
+                continue
+            if settled[leaf]:  # row 0 is the initial value
+                first = _p("eq", row, _c(0))
+                i = N.Var(N.fresh("i"), shape_type(r))
+                dims = tuple(N.Cond(first, N.Prj(q, N.Shape(init[leaf])),
+                                    _the(rows_dims[(leaf, q)])) for q in range(r))
+                rows.append(N.Generate(N.Tuple(dims), N.Lam((i,), N.Cond(
+                    first, N.Index(init[leaf], i),
+                    N.Index(flat, N.Tuple((row,) + tuple(N.Prj(q, i) for q in range(r))))))))
                 continue
             off = N.Index(tape_vars[j + 1], N.Tuple((row,)))
             dims = [N.Index(tape_vars[j + 2 + q], N.Tuple((row,))) for q in range(r)]

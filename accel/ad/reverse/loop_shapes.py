@@ -12,6 +12,11 @@ dimension read from an array element, a nested loop, a fold's rank change) means
 "may change", which is always correct, only slower.
 
 >>> keeps_shape(body)   # [True, False]: leaf 0 keeps its shape, leaf 1 may not
+
+A leaf that may change shape can still *settle*: when its new shape depends only on
+arrays from outside the loop (``settles``), every state after the first has one shape,
+and the tape keeps those in rows too (``loop``).  A zip_with's dimension is the smaller
+of its arguments' (``("min", {dims})`` here).
 """
 
 from __future__ import annotations
@@ -19,17 +24,39 @@ from __future__ import annotations
 from ...ast import nodes as N
 from ...ast.types import ATupleT, ArrayT
 
-__all__ = ["keeps_shape"]
+__all__ = ["keeps_shape", "settles"]
 
 
 def _mono(c: int, syms=()) -> tuple:
     return (c, tuple(sorted(syms)))
 
 
+def _is_min(d) -> bool:
+    return d is not None and d[0] == "min"
+
+
 def _mul(a, b):
-    if a is None or b is None:
+    if a is None or b is None or _is_min(a) or _is_min(b):
         return None
     return _mono(a[0] * b[0], a[1] + b[1])
+
+
+def _min(a, b):
+    """The smaller of two dimensions (a zip_with's): ``("min", {dims})`` unless equal."""
+    if a is None or b is None:
+        return None
+    if a == b:
+        return a
+    items: set = set()
+    for d in (a, b):
+        items |= d[1] if _is_min(d) else {d}
+    return ("min", frozenset(items))
+
+
+def _symbols(d) -> set:
+    if _is_min(d):
+        return set().union(*(_symbols(x) for x in d[1]))
+    return set(d[1])
 
 
 class _Shapes:
@@ -57,6 +84,8 @@ class _Shapes:
             return tup[e.index] if isinstance(tup, list) else None
         if t is N.PrimApp and e.op == "mul" and len(e.args) == 2:
             return _mul(self.exp(e.args[0]), self.exp(e.args[1]))
+        if t is N.PrimApp and e.op == "min" and len(e.args) == 2:
+            return _min(self.exp(e.args[0]), self.exp(e.args[1]))
         return None
 
     def shape_exp(self, e, rank: int):
@@ -91,7 +120,7 @@ class _Shapes:
             da, db = self.arr(a.a), self.arr(a.b)
             if da is None or db is None:
                 return None
-            return tuple(x if x is not None and x == y else None for x, y in zip(da, db))
+            return tuple(_min(x, y) for x, y in zip(da, db))
         if t in (N.Generate, N.Backpermute, N.Reshape):
             return self.shape_exp(a.shape, a.type.rank)
         if t is N.Permute:
@@ -99,15 +128,24 @@ class _Shapes:
         if t is N.Fold:
             d = self.arr(a.a)
             return None if d is None else d[:-1]
+        if t is N.Replicate:
+            d = self.arr(a.a)
+            if d is None:
+                return None
+            kept = iter(d)
+            return tuple(next(kept) if x is None else self.exp(x) for x in a.spec)
+        if t is N.Slice:
+            d = self.arr(a.a)
+            return None if d is None else tuple(x for x, s in zip(d, a.spec) if s is None)
         if t is N.Acond:
             dt, de = self.arr(a.t), self.arr(a.e)
             return dt if dt is not None and dt == de else None
         return None
 
 
-def keeps_shape(body: N.ALam) -> list:
-    """For each leaf of the loop state (``body``'s parameter), whether ``body`` returns
-    it with the shape it was given (rank-0 leaves always do)."""
+def _result_dims(body: N.ALam) -> tuple:
+    """Per leaf of the loop state: (its type, the dims ``body`` gives it as a tuple of
+    dimensions or None, the dims it was given)."""
     from ..anf import type_leaves
     T = body.param.type
     tl = type_leaves(T)
@@ -129,6 +167,21 @@ def keeps_shape(body: N.ALam) -> list:
                 return [None] * len(type_leaves(t))
             return [x for di, ti in zip(d, t.items) for x in leaves_of(di, ti)]
         return [d]
-    got = leaves_of(out, T)
-    want = leaves_of(mine, T)
-    return [t.rank == 0 or (g is not None and g == w) for g, w, t in zip(got, want, tl)]
+    return list(zip(tl, leaves_of(out, T), leaves_of(mine, T)))
+
+
+def keeps_shape(body: N.ALam) -> list:
+    """For each leaf of the loop state (``body``'s parameter), whether ``body`` returns
+    it with the shape it was given (rank-0 leaves always do)."""
+    return [t.rank == 0 or (g is not None and g == w) for t, g, w in _result_dims(body)]
+
+
+def settles(body: N.ALam) -> list:
+    """For each leaf of the loop state, whether the shape ``body`` returns it with
+    depends only on arrays from outside the loop and constants, not on the state: every
+    state after the first then has one shape (the first, the loop's initial value, may
+    have another).  ``h <- tanh(W h + b)`` written with ``zip_with`` is such a leaf: its
+    new length is ``min(rows of W, length of b)``, whatever the length of ``h``."""
+    return [g is not None and all(x is not None and not any(sym[0] == "p" for sym in _symbols(x))
+                                  for x in g)
+            for _, g, _ in _result_dims(body)]
