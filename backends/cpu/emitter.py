@@ -38,6 +38,11 @@ from .vectorize import MARK
 #: processes: stencil 3.5 -> 2.6 ms, conv2d 17 -> 14, cumsum 16 -> 13, the others equal).
 PAR_MIN_WORK = 131072
 PAR_TASKS_PER_THREAD = 8  # chunks of tasks per thread in a parallel driver
+#: ... of a matrix product's BLAS phase (``contract``): each chunk's ``np.dot`` packs the
+#: other operand again, so small chunks multiply that cost.  An attention gradient's
+#: (64, 256) x (256, 256) product took 673 us in 16 chunks of 4 rows and 273 us in 2
+#: (one BLAS thread, numba alone on this 2-core machine).
+MM_TASKS_PER_THREAD = 1
 
 #: ``contract`` lets LLVM fuse a multiply and an add into one FMA instruction (one rounding
 #: instead of two): folds of products run 10-17% faster (GMM, D = 32); no other fast-math

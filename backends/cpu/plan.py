@@ -21,7 +21,7 @@ from accel.ast.types import leaves
 from accel.errors import OutOfBoundsError, ShapeError
 from accel.backends.numba.host import shown
 
-from .emitter import PAR_MIN_WORK, PAR_TASKS_PER_THREAD
+from .emitter import MM_TASKS_PER_THREAD, PAR_MIN_WORK, PAR_TASKS_PER_THREAD
 
 
 def num_threads() -> int:
@@ -103,7 +103,8 @@ def calls(plan: KernelPlan, phases: list) -> list:
             out.append((f"{plan.fn}_par_{phase}", (ntask, -amount), f"{phase}_parallel"))
         elif (ntask >= 2 and amount * plan.weight >= PAR_MIN_WORK
               and phase in plan.parallel):
-            nch = min(ntask, PAR_TASKS_PER_THREAD * num_threads())
+            per = MM_TASKS_PER_THREAD if phase == "mm" else PAR_TASKS_PER_THREAD
+            nch = min(ntask, per * num_threads())
             out.append((f"{plan.fn}_par_{phase}", (ntask, nch), f"{phase}_parallel"))
         else:
             out.append((f"{plan.fn}_{phase}", (0, ntask, 0), f"{phase}_serial"))
