@@ -21,8 +21,8 @@ Expression nodes are dispatched through the table ``_EXP`` (node type -> method)
 step's functions once (identical steps share them) and joins the module.
 
 The primitives are in ``prims`` (a mixin), constants and casts in ``literals``.
-Imports only ``accel`` (ast, errors, fusion.kernels) and this folder's ``literals``,
-``prims`` and ``trees``.
+Imports only ``accel`` (ast, errors, fusion.kernels) and this folder's ``flatreads``,
+``literals``, ``prims`` and ``trees``.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from accel.ast.types import ArrayT, Scalar, leaves
 from accel.errors import BackendError
 from accel.fusion.kernels import KAcond, KAwhile, KBlock, KUse
 
+from .flatreads import flat_position
 from .literals import cast, const_atom
 from .prims import PrimEmitter
 from .trees import flat, rebuild
@@ -101,6 +102,7 @@ class ArgArray:
 
 
 _MISSING = object()
+_LET = object()  # marks a saved entry of ``lets`` among the old bindings
 
 
 #: Primitives that cannot fault or trap and cost about one instruction.
@@ -156,6 +158,7 @@ class ScalarEmitter(PrimEmitter):
         self.ind = 1
         self.count = 0
         self.env: dict = {}  # Var name -> value
+        self.lets: dict = {}  # let-bound Var name -> its bound expression
         self.arrays: dict = {}  # Avar name -> ArgArray
         self.array_order: list = []
         self.slots: dict = {}  # layout key -> atom
@@ -260,11 +263,12 @@ class ScalarEmitter(PrimEmitter):
         return old
 
     def unbind(self, olds) -> None:
-        for name, v in reversed(olds):
+        for old in reversed(olds):
+            table, (name, v) = (self.lets, old[1:]) if old[0] is _LET else (self.env, old)
             if v is _MISSING:
-                self.env.pop(name, None)
+                table.pop(name, None)
             else:
-                self.env[name] = v
+                table[name] = v
 
     def apply(self, lam: N.Lam, args) -> object:
         olds = [self.bind(p, a) for p, a in zip(lam.params, args)]
@@ -295,12 +299,21 @@ class ScalarEmitter(PrimEmitter):
     def e_Let(self, e: N.Let):
         olds = []
         try:
-            while isinstance(e, N.Let):
-                olds.append(self.bind(e.var, self.exp(e.bound)))
-                e = e.body
+            e = self.bind_lets(e, olds)
             return self.exp(e)
         finally:
             self.unbind(olds)
+
+    def bind_lets(self, e: N.Exp, olds: list) -> N.Exp:
+        """Bind the lets ``e`` starts with (their old bindings into ``olds``, for
+        ``unbind``), keeping the bound expressions (``flatreads`` looks through them);
+        the body."""
+        while isinstance(e, N.Let):
+            olds.append(self.bind(e.var, self.exp(e.bound)))
+            olds.append((_LET, e.var.name, self.lets.get(e.var.name, _MISSING)))
+            self.lets[e.var.name] = e.bound
+            e = e.body
+        return e
 
     def e_Tuple(self, e: N.Tuple):
         return tuple(self.exp(i) for i in e.items)
@@ -313,8 +326,16 @@ class ScalarEmitter(PrimEmitter):
 
     def e_Index(self, e: N.Index):
         arr = self.array(e.array)
-        ix = flat(self.exp(e.index))
         elt = e.array.type.elt
+        olds: list = []
+        try:
+            index = self.bind_lets(e.index, olds)
+            j = None if self.check else flat_position(e.array, index, self.lets)
+            if j is not None:  # a read by a flat position through a reshape
+                return rebuild(elt, iter(self.read(arr, [self.exp(j)], elt)))
+            ix = flat(self.exp(index))
+        finally:
+            self.unbind(olds)
         return rebuild(elt, iter(self.read(arr, ix, elt)))
 
     def offset(self, ix: list, dims: list) -> str:
