@@ -15,8 +15,8 @@ from accel.backends.numba.flatreads import flat_position
 
 ARR = N.Avar("a", ArrayT(float64, 3))
 OTHER = N.Avar("b", ArrayT(float64, 3))
-I = N.Var("i", shape_type(1))
-J = N.Prj(0, I)
+IX = N.Var("i", shape_type(1))
+J = N.Prj(0, IX)
 
 
 def _d(q, arr=ARR):
