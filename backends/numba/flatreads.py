@@ -12,6 +12,8 @@ does not vectorise either: the pairwise RBF kernel's ``sum(exp(c * d))`` over a 
 pattern, and the kernel reads ``a`` at ``j``.  The first component must be a plain
 quotient (no outer ``% d0``): a wrapped one would read another element than ``j`` out
 of range, and the unchecked read keeps the offset the original arithmetic gives.
+Let-bound variables are looked through by name, which relies on the passes' binders being
+unique (fusion's ``apply`` and the simplifier freshen every binder they copy).
 """
 
 from __future__ import annotations
