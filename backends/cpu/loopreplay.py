@@ -333,7 +333,7 @@ class LoopReplay:
         """The replay proper.  Between iterations the state is its shapes and its flat
         leaves, not ``ArrVal`` objects: the corpus RNN's dual step launches ten kernels
         in about 27 us, and the host's work around them took 46 us before."""
-        variants, err = self.variants, self.err
+        variants = self.variants
         checked: dict = {}  # outer_id -> the variant's outer leaves, checked for this run
         held = {id(b) for v in state for b in v.leaves}
         p = 1 if any(id(b) in held for b in sets[0]) else 0
@@ -365,30 +365,29 @@ class LoopReplay:
                 break  # a carried buffer would be overwritten
             if var.checks and any(not bufs[j][off] == v for j, off, v in var.checks):
                 break
-            for fills, ops, sc in var.cond:
-                for buf, value in fills:
-                    buf.fill(value)
-                for fn, args in ops:
-                    fn(*args(bufs))
-                if err[0] != 0:
-                    self._raise(sc, var, env)
+            self._launch(var.cond, bufs, var, env)
             if not var.test[0]:
                 var.ends_run += 1
                 done = True
                 break
-            for fills, ops, sc in var.body:
-                for buf, value in fills:
-                    buf.fill(value)
-                for fn, args in ops:
-                    fn(*args(bufs))
-                if err[0] != 0:
-                    self._raise(sc, var, env)
+            self._launch(var.body, bufs, var, env)
             var.runs += 1
             shapes, leaves = var.next_shapes, list(var.next_leaves(bufs))
             p = 1 - p
         state = [ArrVal(shape, leaves[a:b])
                  for shape, a, b in zip(shapes, starts, starts[1:])]
         return state, done
+
+    def _launch(self, part: list, bufs: list, var: Variant, env: dict) -> None:
+        """Run the steps of ``part`` (a variant's condition or body) on ``bufs``."""
+        err = self.err
+        for fills, ops, sc in part:
+            for buf, value in fills:
+                buf.fill(value)
+            for fn, args in ops:
+                fn(*args(bufs))
+            if err[0] != 0:
+                self._raise(sc, var, env)
 
     def _outer(self, var: Variant, env: dict):
         """The leaves of ``var``'s outer arrays in ``env`` if its guards on them hold."""
