@@ -46,21 +46,35 @@ def test_dot_product_gradient_is_at_most_two_kernels():
     np.testing.assert_allclose(gb, x)
 
 
-def test_shared_expensive_array_is_materialised_once():
+def test_shared_expensive_array_is_computed_once():
+    """``e`` is read twice, so fusion materialises it; both reads are at the one reader's
+    own index, so once they are one (``tidy``) it is computed there (``reinline``): one
+    loop applying ``exp`` once an element.  Read also elsewhere (a reversed copy), it
+    stays an array."""
     def f(a):
         e = A.map(lambda v: A.exp(A.sin(v)), a)
         return A.zip_with(lambda u, v: u + v, e, A.map(lambda v: v * 2, e))
-    p = optimise(trace_program(f, (arg_type(np.zeros(3), 0),)))
-    assert count_loops(fuse(p).body) == 2
+
+    def g(a):
+        e = A.map(lambda v: A.exp(A.sin(v)), a)
+        n = a.shape[0]
+        return (A.zip_with(lambda u, v: u + v, e, A.map(lambda v: v * 2, e)),
+                A.backpermute((n,), lambda i: n - 1 - i, e))
+    x = np.linspace(-1, 1, 5)
+    for fn, loops, exps in [(f, 1, 1), (g, 3, 1)]:
+        kp = fuse(optimise(trace_program(fn, (arg_type(x, 0),))))
+        assert count_loops(kp.body) == loops, fn.__name__
+        assert _applications(kp, "exp") == exps, fn.__name__
+    np.testing.assert_allclose(A.run(f, x, backend="fused"), 3 * np.exp(np.sin(x)))
 
 
-def _tanh_applications(kp) -> int:
-    """How many ``tanh`` the kernel functions of ``kp`` apply (written, not executed)."""
+def _applications(kp, op: str) -> int:
+    """How many ``op`` the kernel functions of ``kp`` apply (written, not executed)."""
     from accel.ast.traverse import children
     from accel.fusion.kernels import KAwhile, KGenerate
 
     def count(e):
-        return (getattr(e, "op", None) == "tanh") + sum(count(c) for c in children(e))
+        return (getattr(e, "op", None) == op) + sum(count(c) for c in children(e))
 
     def block(b):
         n = 0
@@ -96,7 +110,7 @@ def test_adjoints_sharing_a_transcendental_compute_it_once(loop):
     kp = fuse(optimise(trace_program(g, sig)))
     # the primal's, read back by the reverse sweep (a loop: the taped sweep's and the
     # reverse sweep's, which would apply it once per adjoint without the rule)
-    assert _tanh_applications(kp) == (2 if loop else 1)
+    assert _applications(kp, "tanh") == (2 if loop else 1)
     for backend in ("fused", "cpu"):
         for got, want in zip(A.run(g, *args, backend=backend),
                              A.run(g, *args, backend="interpreter")):

@@ -37,6 +37,7 @@ from .shared import shared_generates
 from .deadstate import drop_dead_state
 from .inplace import mark_inplace
 from .leafprune import prune_leaves
+from .reinline import reinline_generates
 
 #: Index functions whose cost (see ``accel.ast.cost``) is at most this are recomputed at every use.
 CHEAP = 6
@@ -346,7 +347,7 @@ def fuse(prog: N.Program) -> KernelProgram:
         uses = Uses()
         uses.block(blk)
         body = sum_before_scatter(tidy_block(Fuser(uses).block(blk)))
-        body = read_materialised(rewrite_reductions(body))
+        body = read_materialised(reinline_generates(rewrite_reductions(body)))
         body = materialise_operands(narrow_broadcasts(body))
         kp = prune_leaves(KernelProgram(tuple(prog.params), body, prog.type))
         return mark_inplace(drop_dead_state(kp))

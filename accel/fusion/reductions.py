@@ -29,6 +29,8 @@ from __future__ import annotations
 import functools
 from dataclasses import fields
 
+import numpy as np
+
 from ..ast import nodes as N
 from ..ast.alpha import alpha_eq
 from ..ast.traverse import children, free_vars, freshen, map_children, substitute, walk
@@ -230,14 +232,17 @@ def _match(p, t, ia: N.Var, ra: int, ib: N.Var, rb: int, env: dict) -> bool:
             if p.index == ra or t.index == rb:
                 return p.index == ra and t.index == rb
             return env.setdefault(p.index, t.index) == t.index
+        if p == ia and t == ib:  # the whole index: each component as itself
+            return ra == rb and all(env.setdefault(k, k) == k for k in range(ra))
         return False if p == ia or t == ib else None
     return match_under(p, t, ia, leaf)
 
 
-def _reindex(a: KFold, b: KFold):
+def _reindex(a: KFold, b: KFold, within: bool = False):
     """The outer index of fold ``a`` that fold ``b``'s element ``o`` is (a tuple of
     components of ``o``), or None: ``b``'s source must be ``a``'s with ``a``'s outer
-    components renamed to ``b``'s, over equal dimensions and an equal inner length."""
+    components renamed to ``b``'s, over equal dimensions (``within``: ``b``'s may be a
+    ``min`` of ``a``'s and others) and an equal inner length."""
     if a.out.type.elt != b.out.type.elt or a.z != b.z or not alpha_eq(a.f, b.f):
         return None
     if tidy(a.n) != tidy(b.n):
@@ -250,16 +255,27 @@ def _reindex(a: KFold, b: KFold):
     env: dict = {}
     if not _match(pa, pb, ia, ra, ib, rb, env) or set(env) != set(range(ra)):
         return None
-    if any(dim(a.shape, k) != dim(b.shape, m) for k, m in env.items()):
+    if any(dim(a.shape, k) not in (_min_args(dim(b.shape, m)) if within
+                                   else [dim(b.shape, m)]) for k, m in env.items()):
         return None
     return tuple(env[k] for k in range(ra))
+
+
+def _min_args(e) -> list:
+    """The terms whose minimum ``e`` is (``e`` itself included): an index below ``e`` is
+    below each of them."""
+    if isinstance(e, N.PrimApp) and e.op == "min":
+        return [e] + [x for a in e.args for x in _min_args(a)]
+    return [e]
 
 
 def reuse_folds(blk: KBlock) -> KBlock:
     """A fold whose source is an earlier fold's read at a re-indexed outer index (see
     :func:`_reindex`: a diagonal, a transpose, an equal fold) is dropped and its reads
     read the earlier fold; a fold that is a block result, or is used by a conditional or
-    a loop, becomes a generate instead."""
+    a loop, becomes a generate instead.  A sum whose source is a combination of earlier
+    sums' sources, each times factors that do not depend on the summation index
+    (:func:`_scaled`), becomes a generate of that combination of their results."""
     steps = list(blk.steps)
     i = 0
     while i < len(steps):
@@ -273,6 +289,9 @@ def reuse_folds(blk: KBlock) -> KBlock:
                         a = s
                         break
         if a is None:
+            scaled = _scaled(b, steps[:i]) if is_sum(b) else None
+            if scaled is not None:
+                steps[i] = scaled
             i += 1
             continue
 
@@ -291,6 +310,110 @@ def reuse_folds(blk: KBlock) -> KBlock:
             del steps[i]
             steps[i:] = [_retarget(s, b.out.name, make) for s in steps[i:]]
     return KBlock(tuple(steps), blk.result)
+
+
+def _scaled(b: KFold, earlier: list):
+    """Sum ``b`` as a generate over its outer index ``o`` of ``sum_t sign_t * inv_t(o) *
+    a_t ! perm_t(o)``, or None: ``b``'s source, with the elements of earlier generates it
+    reads at its own index written out, is a sum of terms ``sign * inv * dep`` where
+    ``inv`` does not depend on the summation index and ``dep`` is the source of an earlier
+    sum ``a`` (re-indexed as :func:`_reindex` allows).  Linearity: ``sum_j c x_j = c sum_j
+    x_j``.  Reverse mode writes such sums when an adjoint is a scaled copy of a primal
+    term: in ``log (sum (exp (x - m))) + m`` the adjoint of the maximum ``m`` sums
+    ``-exp (x_j - m) / s``, whose sum the primal has already made.  With the sum gone,
+    the generate of ``exp (x - m) / s`` it read may have a single reader left, which
+    ``reinline`` then computes it in."""
+    ib = b.src.params[0]
+    rb = len(ib.type.items) - 1
+    b = KFold(b.out, _known_shapes(b.shape, earlier), _known_shapes(b.n, earlier), b.f, b.z,
+              b.src)
+    body = _through_generates(b, earlier)
+    if body is None:
+        return None
+    ty = b.z.type
+    o = N.Var(N.fresh("o"), b.shape.type)
+    as_outer = {ib.name: _index_tuple([N.Prj(k, o) for k in range(rb)] + [None])}
+    parts = []
+    for sign, factors in _terms(body):
+        split = [_quotient(f, ty) for f in factors]
+        sign *= int(np.prod([q for q, _ in split]))
+        factors = [g for _, fs in split for g in fs]
+        dep = [f for f in factors if _varies(ib, rb, f)]
+        inv = [f for f in factors if not _varies(ib, rb, f)]
+        if not dep:
+            return None
+        probe = KFold(b.out, b.shape, b.n, b.f, b.z, N.Lam((ib,), _build(1, dep, ty)))
+        for pos, a in enumerate(earlier):
+            perm = None
+            if is_sum(a):
+                known = KFold(a.out, _known_shapes(a.shape, earlier[:pos]),
+                              _known_shapes(a.n, earlier[:pos]), a.f, a.z, a.src)
+                perm = _reindex(known, probe, within=True)
+            if perm is not None:
+                break
+        else:
+            return None
+        read = N.Index(a.out, N.Tuple(tuple(N.Prj(m, o) for m in perm)))
+        parts.append(_build(sign, [substitute(f, as_outer) for f in inv] + [read], ty))
+    return KGenerate((b.out,), b.shape, N.Lam((o,), tidy(_sum(parts, ty))))
+
+
+def _known_shapes(e: N.Exp, earlier: list) -> N.Exp:
+    """``e`` with ``shape a`` of arrays that ``earlier`` generates or folds written as
+    their shape expressions (to be compared with other steps' dimensions)."""
+    shapes = {}
+    for s in earlier:
+        if isinstance(s, KGenerate):
+            shapes.update((o.name, s.shape) for o in s.outs)
+        elif isinstance(s, KFold):
+            shapes[s.out.name] = s.shape
+
+    def go(x):
+        if isinstance(x, N.Shape) and x.array.name in shapes:
+            return go(shapes[x.array.name])
+        return map_children(x, go) if isinstance(x, N.Node) else x
+    return tidy(go(e))
+
+
+def _quotient(f, ty) -> tuple:
+    """Factor ``f`` as ``(sign, factors)``: ``a / b`` is ``a * (1 / b)`` (so that
+    ``sum_j x_j / c`` is seen as ``(1 / c) sum_j x_j``)."""
+    if isinstance(f, N.PrimApp) and f.op == "div" and ty.is_float:
+        sign, num = _product(f.args[0], 1)
+        split = [_quotient(x, ty) for x in num]
+        sign *= int(np.prod([q for q, _ in split]))
+        return sign, [g for _, fs in split for g in fs] + [
+            N.PrimApp("div", (N.Const(1.0, ty), f.args[1]))]
+    return 1, [f]
+
+
+def _through_generates(b: KFold, earlier: list):
+    """``b``'s source expanded, with every read ``g ! ix`` at ``b``'s own index ``ix`` of
+    an earlier generate ``g`` of ``b``'s dimensions replaced by ``g``'s element function
+    at ``ix`` (the same value), or None."""
+    ix = b.src.params[0]
+    rank = len(ix.type.items)
+    full = [dim(b.shape, k) for k in range(rank - 1)] + [tidy(b.n)]
+    gens = {s.outs[0].name: s for s in earlier if isinstance(s, KGenerate)
+            and len(s.outs) == 1 and len(s.f.params[0].type.items) == rank
+            and [dim(s.shape, k) for k in range(rank)] == full}
+    changed = [False]
+
+    def go(x):
+        if isinstance(x, N.Index) and x.array.name in gens and x.index == ix:
+            changed[0] = True
+            return _element(gens[x.array.name].f, ix)
+        return map_children(x, go) if isinstance(x, N.Node) else x
+    body = expand(go(b.src.body))
+    if changed[0] and body is not None:
+        body = expand(tidy(body))  # (conditionals on constant flags of AD's triples)
+    return body
+
+
+def _element(f: N.Lam, ix: N.Var) -> N.Exp:
+    """The element function ``f`` applied to the index variable ``ix``."""
+    f = freshen(f)
+    return substitute(f.body, {f.params[0].name: ix})
 
 
 # --------------------------------------------------------------------------- interchange
