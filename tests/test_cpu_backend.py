@@ -411,6 +411,21 @@ def test_interchanged_fold_outer_major_sources(small_parallel):
                 assert tuple(int(g[col]) for g in got) == seq[-1]
 
 
+def test_blocks_of_rows_hold_at_most_sixteen_accumulators():
+    """A block of rows keeps one accumulator per row and scalar leaf: scalar folds go 16
+    rows at a time, pairs 8, 2x2 matrix products (4-tuples) 4; each width still covers
+    any row count with the smaller ones down to 1 (the exactness tests run them)."""
+    def widths(elt, f, z):
+        return fold.block_widths(_outer_fold_prog(2, f, z, elt).body.steps[0])
+    add = lam((float64, float64), lambda x, y: P("add", x, y))
+    pair = TupleT((float64, float64))
+    addp = lam((pair, pair), lambda x, y: N.Tuple(tuple(
+        P("add", N.Prj(k, x), N.Prj(k, y)) for k in range(2))))
+    assert widths(float64, add, None) == fold.FOLD_WIDTHS == (16, 8, 2, 1)
+    assert widths(pair, addp, None) == (8, 2, 1)
+    assert widths(compose_t(), matmul2(), None) == (4, 2, 1)
+
+
 def test_interchanged_fold_of_few_long_rows_is_chunked_exactly(small_chunks, small_parallel):
     """Few long rows of an outer-major fold (AD's sums over all points into a small
     array) fold in chunks of elements (phase ``oc``, every row per task), then each

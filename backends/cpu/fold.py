@@ -51,6 +51,7 @@ FOLD_OUTER_CHUNK_MAX_ROWS = 8192  # ... for interchanged folds (tiles would each
 #                                   whole source; chunks of elements read it once)
 FOLD_TILE = 1024  # most rows per task of an interchanged fold (accumulators stay in cache)
 FOLD_WIDTHS = (16, 8, 2, 1)  # rows folded together by phase ``b`` (independent accumulator chains)
+FOLD_BLOCK_ACCS = 16  # most accumulator variables of a block of rows (width x scalar leaves)
 FOLD_PLANES = 2  # rows of the second to last dimension in a block of sums of outer products
 FOLD_PLANE_MAX_OPS = 6  # ... for element functions of at most this many operations
 FOLD_BLOCK_MAX_OPS = 48  # ... for element functions of at most this many operations
@@ -461,6 +462,18 @@ def _combine_chunks(g: KernelGen, s: KFold, outs: list, parts: list, m: str,
     g.store(outs, r, tuple(acc))
 
 
+def block_widths(s: KFold) -> tuple:
+    """The widths of the blocks of rows of fold ``s``: ``FOLD_WIDTHS`` capped so that a
+    block's accumulators (its width times the element's scalar leaves) are at most
+    ``FOLD_BLOCK_ACCS``, four vector registers of four doubles per leaf.  A block of 16
+    rows of 2x2 matrix products (4-tuples) held 64 accumulators, more than the 16 AVX2
+    registers, and its phase ``o`` was 900 lines of Python that numba took about 10 s to
+    compile; capped at 4 rows it is about a quarter of that."""
+    cap = max(1, FOLD_BLOCK_ACCS // len(leaves(s.out.type.elt)))
+    cap = 1 << (cap.bit_length() - 1)  # a power of two
+    return tuple(sorted({min(w, cap) for w in FOLD_WIDTHS}, reverse=True))
+
+
 def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end: str,
                 ix: list, jlo: str | None, jhi: str) -> None:
     """Fold rows ``first .. end-1`` (multi-index variables ``ix`` of row ``first``, which
@@ -476,6 +489,7 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
     r = g.fresh("r")
     pre, last = ix[:-1], ix[-1]
     rank = len(dims)
+    widths = block_widths(s)
     branch = index_branch(s.src, range(rank))
     uniform = _uniform_rows(g, branch, rank)
     boxed = intervals.guard(s.src) if branch is None else None
@@ -485,7 +499,7 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
     if boxed is not None:  # the blocks whose bounds prove the guard fold without it
         proofs = {w: intervals.holds(g, s.src.params[0], boxed[0], boxed[1], intervals.row_box(
             [pre + [last if t == 0 else f"({last} + {t})"] for t in range(w)])
-            + [(jlo or "0", f"{jhi} - 1")]) for w in FOLD_WIDTHS if w > 1}
+            + [(jlo or "0", f"{jhi} - 1")]) for w in widths if w > 1}
         if None in proofs.values():
             boxed = None
         else:
@@ -505,9 +519,9 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
         g.emit(f"{c} = 0")
         g.emit(f"while {c} < {d}:")
         g.ind += 1
-        for width in FOLD_WIDTHS:
+        for width in widths:
             g.emit("else:" if width == 1 else
-                   f"{'if' if width == FOLD_WIDTHS[0] else 'elif'} {d} - {c} >= {width}:")
+                   f"{'if' if width == widths[0] else 'elif'} {d} - {c} >= {width}:")
             g.ind += 1
             _plane_block(g, s, outs, r, ix, d, c, width, jlo, jhi, branch)
             g.emit(f"{c} += {width}")
@@ -517,10 +531,10 @@ def _row_blocks(g: KernelGen, s: KFold, dims: list, outs: list, first: str, end:
         g.emit(f"{ip} += {h - 1}")  # and one more below, with the carry
         g.emit(f"{last} = {d}")
         g.ind -= 1
-    for width in FOLD_WIDTHS:
+    for width in widths:
         proof = f" and {proofs[width]}" if boxed is not None and width > 1 else ""
         proof += pos if width > 1 else ""
-        if width == FOLD_WIDTHS[0]:
+        if width == widths[0]:
             g.emit(f"{'elif' if planes else 'if'} {end} - {r} >= {width} and "
                    f"{dims[-1]} - {last} >= {width}{uniform(rank - 1, last, width)}{proof}:")
         elif width > 1:
