@@ -32,9 +32,11 @@ import ``accel`` (ast, errors, fusion, types), ``backends.numba`` and
 Design in brief (details in the modules' docstrings):
 
 * Each loop step becomes serial ``njit`` *range functions* (the loop body over a range
-  of tasks) plus small ``parallel=True`` drivers whose ``prange`` over chunks calls
-  them; numba's parfor passes are superlinear in the size of a ``prange`` body, so this
-  cuts compile times several-fold at no run-time cost.  Phases with little work call
+  of tasks); a parallel phase calls one through a generic ``parallel=True`` driver
+  (``drivers``) whose ``prange`` over chunks calls the function's address: numba's
+  parfor passes are superlinear in the size of a ``prange`` body and a driver calling a
+  function by name re-optimised it, so this cuts compile times several-fold at no
+  run-time cost.  Phases with little work call
   the range function directly (no launch; a driver is compiled only when needed).
 * Arrays are flat C-contiguous buffers, one per scalar leaf (struct of arrays), plus
   an int64 array of sizes.  Tuples are scalarised; ``Cond`` evaluates only the taken

@@ -11,17 +11,20 @@ functions named ``k<i>_<phase>``:
 * *range functions* ``k<i>_<phase>(lo, hi, c, *bufs, shp, err)``: serial
   ``@numba.njit(error_model="numpy", fastmath={"contract"}, cache=True)`` loops over the tasks
   ``[lo, hi)`` of one phase (elements, tiles, (row, chunk) pairs, source chunks ...);
-* a *driver* ``k<i>_par_<phase>(ntask, nch, *bufs, shp, err)`` per parallel phase,
-  ``@numba.njit(parallel=True, ...)``, whose ``prange`` over ``nch`` chunks of the
-  tasks calls the phase's range function (``c`` is the chunk number); numba compiles
-  a function when it is first called, so phases a run never uses cost nothing;
+* a parallel phase is a call ``k<i>_par_<phase>(ntask, nch, *bufs, shp, err)`` that
+  runs the range function on ``nch`` chunks of the tasks through a generic
+  ``parallel=True`` driver shared by every range function with the same argument
+  types (``drivers``: it calls the function's address, so numba neither links nor
+  re-optimises the range function into it); numba compiles a function when it is
+  first called, so phases a run never uses cost nothing;
 * serial helpers without a range (``k<i>_comb``: combining fold partials, ...).
 
-Numba's parfor passes cost time superlinear in the size of a ``prange`` body, so the
-bodies live in the serial range functions (compiled by the plain pipeline, and called
-once per chunk, so nothing is lost at run time) and the drivers stay tiny (still about
-0.5 s each: usually one per step).  The host calls a range function directly when a phase is
-too small to be worth a parallel launch, so small programs never compile a driver.
+Numba's parfor passes cost time superlinear in the size of a ``prange`` body, and a
+driver that called its range function by name re-optimised it whole (2-4 s a phase),
+so the bodies live in the serial range functions (compiled by the plain pipeline, and
+called once per chunk, so nothing is lost at run time) and the drivers are generic.
+The host calls a range function directly when a phase is too small to be worth a
+parallel launch.
 
 ``bufs`` are, in order: the step's work buffers (outputs, then partials/carries/private
 buffers), the leaf buffers of every array the step reads (struct of arrays: one flat,

@@ -49,7 +49,6 @@ MM_TASKS_PER_THREAD = 1
 #: licence (reassociation, no-NaN) is given.
 FLAGS = 'error_model="numpy", fastmath={"contract"}, cache=True, nogil=True'
 SERIAL = f"@nb.njit({FLAGS})"
-PARALLEL = f"@nb.njit(parallel=True, {FLAGS})"
 
 HEADER = '''"""accel CPU kernels (generated; do not edit: the file name is its content hash)."""
 ''' + MARK + '''
@@ -57,7 +56,6 @@ import math  # noqa: F401
 
 import numba as nb
 import numpy as np
-from numba import prange  # noqa: F401
 from numba import types as _nbt
 from numba.core.extending import intrinsic as _intrinsic
 ''' + mathlib.SOURCE + '''
@@ -114,11 +112,7 @@ class KernelGen(ScalarEmitter):
             head = "lo, hi, c, " if self.kinds[phase] == "range" else ""
             body = fp[0] + _fill_empty_blocks(pro + lines) + fp[1]
             out.append("\n".join([SERIAL, f"def {base}_{phase}({head}{args}):"] + body))
-        for phase in self.parallel:  # a driver per phase: only phases run are compiled
-            out.append("\n".join([
-                PARALLEL, f"def {base}_par_{phase}(ntask, nch, {args}):",
-                "    for c in prange(nch):",
-                f"        {base}_{phase}(c * ntask // nch, (c + 1) * ntask // nch, c, {args})"]))
+        # (a parallel phase runs its range function through a shared driver: ``drivers``)
         return [t + "\n" for t in out]
 
     # ---- the CPU's math library

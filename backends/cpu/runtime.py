@@ -49,6 +49,7 @@ from accel.backends.numba.kernelgen import ERR_SIZE
 from accel.backends.numba.trees import rebuild
 
 from . import codegen, compilelog
+from .drivers import driver, range_name, range_signature
 from .plan import (StepCall, bounds_error, calls as launch_calls, choose, entry_point,
                    guard_key, guards, guards_hold)
 from .loopreplay import LoopReplay, replayable
@@ -614,44 +615,45 @@ class Runner:
         raise bounds_error(sc, env[_ERR], lambda name: env[name].shape)
 
     def _call(self, name: str, args: list) -> None:
-        fn = getattr(self.module, name)
         if name not in self._compiled:
             with self._lock:
-                if not fn.signatures:
-                    if self._watch is None:
-                        self._watch = compilelog.watch(self.gen.source, self.kp)
-                    self._make_ready(name, fn, tuple(numba.typeof(a) for a in args))
-                self._compiled.add(name)
-                self._ready[name] = fn
-        fn(*args)
+                if name not in self._compiled:
+                    self._make_ready(name, tuple(numba.typeof(a) for a in args))
+        self._ready[name](*args)
 
-    def _make_ready(self, name: str, fn, sig: tuple) -> None:
-        """Compile ``fn`` for ``sig`` (or load it from numba's disk cache), counting."""
+    def _make_ready(self, name: str, sig: tuple) -> None:
+        """Make call ``name`` with argument types ``sig`` ready: its function compiled for
+        them (or loaded from numba's disk cache), counting; a parallel call
+        (``drivers.range_name``) runs its range function through the shared driver."""
+        rng = range_name(name)
+        fn = getattr(self.module, rng or name)
+        fsig = range_signature(sig) if rng else sig
         hits = sum(fn.stats.cache_hits.values())
         t0 = time.perf_counter()
-        self._compile(name, fn, sig)
+        if fsig not in fn.signatures:
+            if self._watch is None:
+                self._watch = compilelog.watch(self.gen.source, self.kp)
+            self._compile(name, fn, fsig)
+        self._ready[name] = driver(fn, sig) if rng else fn
         self._compile_seconds += time.perf_counter() - t0
         self._cache_hits += sum(fn.stats.cache_hits.values()) - hits
         self._signatures[name] = sig
+        self._compiled.add(name)
 
     def compiled_signatures(self) -> list:
-        """``[(function name, numba signature)]`` of what this runner has compiled: what
+        """``[(call name, numba signature)]`` of what this runner has compiled: what
         another process's runner of the same module loads with :meth:`load_compiled`."""
         with self._lock:
             return list(self._signatures.items())
 
     def load_compiled(self, entries) -> None:
-        """Make the functions of ``entries`` (:meth:`compiled_signatures` of a runner of
-        the same module elsewhere, which put them in the disk cache) ready: loaded from
+        """Make the calls of ``entries`` (:meth:`compiled_signatures` of a runner of the
+        same module elsewhere, which put them in the disk cache) ready: loaded from
         numba's cache, or compiled if they are not there."""
         for name, sig in entries:
-            fn = getattr(self.module, name)
             with self._lock:
                 if name not in self._compiled:
-                    if sig not in fn.signatures:
-                        self._make_ready(name, fn, sig)
-                    self._compiled.add(name)
-                    self._ready[name] = fn
+                    self._make_ready(name, sig)
 
     def _compile(self, name: str, fn, sig) -> None:
         """``fn.compile(sig)``, surviving a corrupted numba cache: on failure the caches
