@@ -24,7 +24,8 @@ import functools
 
 from accel.backends.numba import cache
 
-__all__ = ["PARALLEL", "address", "driver", "range_name", "range_signature"]
+__all__ = ["PARALLEL", "address", "driver", "driver_module", "driver_source", "range_name",
+           "range_signature"]
 
 #: What a parallel call's name has between the step and the phase (``k3_par_o``): the
 #: call runs range function ``k3_o`` through :func:`driver`.
@@ -57,13 +58,14 @@ def driver(dispatcher, sig: tuple):
     ``range_signature(sig)``) on ``nch`` chunks of ``ntask`` tasks in parallel; ``sig``
     are the call's argument types.  The driver is compiled or loaded now."""
     from numba import types
-    par = _module(len(sig) - 2).par
+    par = driver_module(len(sig) - 2).par
     par.compile((types.int64,) + tuple(sig))
     return functools.partial(par, address(dispatcher, range_signature(sig)))
 
 
 @functools.lru_cache(maxsize=None)
-def _module(n: int):
+def driver_module(n: int):
+    """The loaded driver module for range functions of ``n`` arguments after ``lo, hi, c``."""
     return cache.load(driver_source(n), kind="cpu")
 
 
