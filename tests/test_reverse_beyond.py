@@ -34,6 +34,13 @@ CASES = {
         lambda p, q: (p[0] * q[0], p[0] * q[1] + p[1]), (1.0, 0.0),
         A.zip(x, A.map(A.cos, x))))), [(4,)]),
     "scan_z_indexes": (lambda x: sq(A.scanl(lambda p, q: p * q, x[2], x)), [(4,)]),
+    # sums (an identity Jacobian): the adjoint is a suffix sum of the direct adjoints
+    "scanl1_plus_rows": (lambda x: sq(A.scanl1(lambda p, q: p + q, x)), [(3, 4)]),
+    "scanr_plus": (lambda x: sq(A.scanr(lambda q, p: q + p, x[1], x)), [(5,)]),
+    "scanr1_plus": (lambda x: sq(A.scanr1(lambda q, p: p + q, A.map(A.sin, x))), [(1,)]),
+    "scan_pair_sums": (lambda x: sq(A.map(lambda t: t[0] * t[1], A.scanl(
+        lambda p, q: (p[0] + q[0], q[1] + p[1]), (0.5, 1.0), A.zip(x, A.map(A.cos, x))))),
+        [(4,)]),
     "fold_tuple_complex_mul": (lambda x: A.the(A.map(lambda t: t[0] * t[1], A.fold(
         lambda p, q: (p[0] * q[0] - p[1] * q[1], p[0] * q[1] + p[1] * q[0]), (1.0, 0.0),
         A.zip(x, A.map(A.sin, x))))), [(4,)]),
@@ -63,6 +70,29 @@ def test_new_rules_agree_with_forward_and_fd(name, data):
         xs = [x + 2.0 * (start[k] + np.arange(x.size).reshape(x.shape))
               for k, x in enumerate(xs)]
     report = A.check_grad(f, *xs, backend=B, rtol=1e-4, atol=1e-6)
+    assert report.ok, report
+
+
+def test_sum_scans_are_reversed_as_scalar_suffix_sums():
+    """``scanl1 (+)``'s adjoint is ``scanr1 (+)`` of the direct adjoints: a scan of
+    scalars (the general rule scans (adjoint, Jacobian) pairs), to second order."""
+    from accel.frontend import arg_type, trace_program
+    from accel.fusion.fuse import fuse
+    from accel.fusion.kernels import KScan
+    from accel.pipeline import optimise
+
+    def f(x):
+        return A.sum_all(A.map(A.sin, A.scanl1(lambda p, q: p + q, x)))
+    x = np.linspace(-1.0, 2.0, 7)
+    g = A.gradientA(f)
+    kp = fuse(optimise(trace_program(g, (arg_type(x, 0),))))
+    scans = [s for s in kp.body.steps if isinstance(s, KScan)]
+    assert len(scans) == 2 and all(s.out.type.elt == A.float64 for s in scans)
+    want = np.cumsum(np.cos(np.cumsum(x))[::-1])[::-1]
+    for backend in ("interpreter", "cpu"):
+        np.testing.assert_allclose(A.run(g, x, backend=backend), want, rtol=1e-12)
+    report = A.check_grad(lambda a: A.sum_all(A.map(lambda v: v * v, A.gradientA(f)(a))), x,
+                          backend=B, rtol=1e-5, atol=1e-7)
     assert report.ok, report
 
 

@@ -90,6 +90,28 @@ class Recurrence:
                 entries.append(_prj(N.Prj(0, body), pm))
         return N.Lam((acc, x), N.Tuple(tuple(entries)))
 
+    def identity_jacobian(self) -> bool:
+        """Whether ``d g / d acc`` is the identity at every step, written as constants
+        (``g(acc, x) = acc + x``, componentwise for tuples)."""
+        k = len(self.fpaths)
+        body = self.jacobian().body
+        for i in range(k):
+            for j in range(k):
+                v = _constant(body.items[i * k + j])
+                if v is None or v != (1 if i == j else 0):
+                    return False
+        return True
+
+    def sum_op(self) -> N.Lam:
+        """``+`` on the adjoints of the floating leaves (one float, or a tuple of k)."""
+        k = len(self.fpaths)
+        t = self.ft if k == 1 else TupleT((self.ft,) * k)
+        u, v = N.Var(N.fresh("u"), t), N.Var(N.fresh("v"), t)
+        if k == 1:
+            return N.Lam((u, v), _p("add", u, v))
+        return N.Lam((u, v), N.Tuple(tuple(_p("add", N.Prj(i, u), N.Prj(i, v))
+                                           for i in range(k))))
+
     def compose(self) -> N.Lam:
         """The affine-map composition operator on (c, M) tuples."""
         k = len(self.fpaths)
@@ -147,17 +169,28 @@ def recurrence_dual(rev, f: N.Lam, z, a: N.Avar, accs: N.Avar, dacc, has_z: bool
     else:
         step_ok = _p("lt", _p("add", p, _c(1, int64)), R.n)
         args = (acc_at(ix, p), N.Index(a, R.pos(ix, _p("add", p, _c(1, int64)))))
-    mv = N.Var(N.fresh("m"), jac.type)
-    zeros = N.Tuple(tuple(zero_f for _ in range(k * k)))
-    mexp = N.Cond(step_ok, _apply(jac, args), zeros)
-    elem = N.Let(mv, mexp, N.Tuple(tuple(cs) + tuple(N.Prj(q, mv) for q in range(k * k))))
+    if R.identity_jacobian():
+        # acc + x (componentwise): lam_p = dout_p + lam_{p+1}, a suffix sum of the
+        # direct adjoints (the rows' ends cut it as M = 0 did): a scan of k floats,
+        # not of k + k^2 (a cumulative sum's gradient: one scalar scanr1 (+))
+        elem = cs[0] if k == 1 else N.Tuple(tuple(cs))
+        compose = R.sum_op()
+    else:
+        mv = N.Var(N.fresh("m"), jac.type)
+        zeros = N.Tuple(tuple(zero_f for _ in range(k * k)))
+        mexp = N.Cond(step_ok, _apply(jac, args), zeros)
+        elem = N.Let(mv, mexp, N.Tuple(tuple(cs) + tuple(N.Prj(q, mv) for q in range(k * k))))
+        compose = R.compose()
     elems = rev.emit(N.Generate(shp, N.Lam((ix,), elem)))
-    lam = rev.emit(N.Scan(R.compose(), None, elems, False))  # scanr1: suffix compositions
+    lam = rev.emit(N.Scan(compose, None, elems, False))  # scanr1: suffix compositions
 
     def lam_at(ix, q):  # adjoint tree of accumulator q (left coordinates), a Tuple term
         v = N.Index(lam, N.Tuple(tuple(N.Prj(s, ix) for s in range(r - 1)) + (q,)))
         vv = N.Var(N.fresh("l"), v.type)
-        vals = {pl: N.Prj(i, vv) for i, pl in enumerate(R.fpaths)}
+        if isinstance(v.type, TupleT):
+            vals = {pl: N.Prj(i, vv) for i, pl in enumerate(R.fpaths)}
+        else:
+            vals = {R.fpaths[0]: vv}
         tree = _tree_with(R.elt, vals)
         return N.Let(vv, v, tree)
 
@@ -189,6 +222,23 @@ def recurrence_dual(rev, f: N.Lam, z, a: N.Avar, accs: N.Avar, dacc, has_z: bool
         return N.Generate(N.Tuple(tuple(N.Prj(q, N.Shape(a)) for q in range(r - 1))),
                           N.Lam((i4,), lam_at(i4, _c(0, int64))))
     return None
+
+
+def _constant(e):
+    """The value of ``e`` if it is a constant once projections of tuples and (pure) lets
+    are taken, else None."""
+    path = []
+    while True:
+        if isinstance(e, N.Prj):
+            path.append(e.index)
+            e = e.tup
+        elif isinstance(e, N.Let):
+            e = e.body
+        elif isinstance(e, N.Tuple) and path:
+            e = e.items[path.pop()]
+        else:
+            break
+    return e.value if isinstance(e, N.Const) and not path else None
 
 
 def _tree_with(t, vals: dict, prefix=()):
