@@ -1186,3 +1186,28 @@ def test_a_convolutions_image_adjoint_has_the_images_shape():
     np.testing.assert_allclose(gk, want_k, rtol=1e-12)
     np.testing.assert_allclose(gi, want_i, rtol=1e-12, atol=1e-12)
     assert g.stats(img, ker)["kernels"] == 3
+
+
+def test_a_branch_that_agrees_with_the_other_at_its_tested_value_goes():
+    """``if i == k then e[k/i] else e`` is ``e`` for integer ``i`` (a variable, a whole
+    index or one component of it); for floats it stays (``-0.0 == 0.0``, yet ``1 / x``
+    tells them apart)."""
+    def rows(a):  # (the first element of a scan's adjoint is written so)
+        return A.generate(a.shape, lambda i: A.cond(i[0] == 0, a[0], a[i]))
+
+    def grid(a):
+        return A.generate(a.shape, lambda ix: A.cond(ix[1] == 2, a[ix[0], 2] * 2.0,
+                                                     a[ix[0], ix[1]] * 2.0))
+    for f, x in [(rows, np.arange(4.0)), (grid, np.arange(12.0).reshape(3, 4))]:
+        p = optimise(trace_program(f, (A.frontend.arg_type(x, 0),)))
+        assert not any(isinstance(n, Cond) for n in walk(p)), show_program(p)
+        np.testing.assert_array_equal(A.run(f, x, backend="fused"), A.run(f, x))
+    arr = Avar(fresh("a"), V1)
+    n = Var(fresh("n"), I64)
+    read = Lam((n,), Cond(PrimApp("eq", (n, Const(3, I64))), Index(arr, Tuple((Const(3, I64),))),
+                          Index(arr, Tuple((n,)))))
+    assert tidy(read).body == Index(arr, Tuple((n,)))
+    x, y = Var(fresh("x"), F), Var(fresh("y"), F)
+    prod = Lam((x, y), Cond(PrimApp("eq", (x, Const(0.0, F))),
+                            PrimApp("div", (y, Const(0.0, F))), PrimApp("div", (y, x))))
+    assert isinstance(tidy(prod).body, Cond)

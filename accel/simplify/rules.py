@@ -15,10 +15,10 @@ import numpy as np
 
 from ..ast.alpha import alpha_eq
 from ..ast.nodes import (Acond, Alet, APrj, ATuple, Avar, Awhile, Cond, Const, Generate, Index, Let,
-                         PrimApp, Prj, Shape, Tuple, Unit, Var, While)
+                         Node, PrimApp, Prj, Shape, Tuple, Unit, Var, While)
 from ..ast.prims import PRIMS
-from ..ast.traverse import free_vars, substitute, with_fields
-from ..ast.types import bool_, int64
+from ..ast.traverse import free_vars, map_children, substitute, with_fields
+from ..ast.types import TupleT, bool_, int64
 from .base import is_param, trivial
 from .linear import collected
 from .shapes import dims_exp
@@ -281,12 +281,46 @@ def _r_cond(self: Local, n: Cond):
             return PrimApp("not", (c,))
     if type(c) is PrimApp and c.op == "not":
         return with_fields(n, c=c.args[0], t=n.e, e=n.t)
+    if _agrees_when_equal(c, n.t, n.e):
+        return n.e
     if type(c) is Var:  # inside a branch its condition is known (AD nests the same test)
         fv_t, fv_e = free_vars(n.t), free_vars(n.e)
         if c.name in fv_t or c.name in fv_e:
             return with_fields(n, t=substitute(n.t, {c.name: Const(True, bool_)}),
                                e=substitute(n.e, {c.name: Const(False, bool_)}))
     return None
+
+
+def _agrees_when_equal(c, t, e) -> bool:
+    """Whether ``if c then t else e`` is ``e``: ``c`` is ``x == k`` (``k`` an integer
+    constant, ``x`` a variable or a component of a tuple variable) and ``t`` is ``e`` with ``k`` for
+    ``x``.  Reverse mode writes such branches at the first element of a scan's adjoint
+    (``if i.0 == 0 then a ! (0,) else a ! i``): an identity that kept a copy of the
+    scan."""
+    if type(c) is not PrimApp or c.op != "eq":
+        return False
+    x, k = c.args
+    if type(x) is Const:
+        x, k = k, x
+    if type(k) is not Const or not getattr(k.ty, "is_int", False):
+        return False  # (floats: -0.0 == 0.0, yet 1 / x tells them apart)
+    if type(x) is Var:
+        return alpha_eq(t, substitute(e, {x.name: k}))
+    if type(x) is not Prj or type(x.tup) is not Var or type(x.tup.ty) is not TupleT:
+        return False
+    v = x.tup  # v as the tuple of its components, with component x.index k
+    parts = tuple(k if i == x.index else Prj(i, v) for i in range(len(v.ty.items)))
+    return alpha_eq(t, _projected(substitute(e, {v.name: Tuple(parts)})))
+
+
+def _projected(e):
+    """``e`` with projections of tuples taken."""
+    if not isinstance(e, Node):
+        return e
+    e = map_children(e, _projected)
+    if type(e) is Prj and type(e.tup) is Tuple:
+        return e.tup.items[e.index]
+    return e
 
 
 def _r_while(self: Local, n: While):
