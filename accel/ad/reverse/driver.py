@@ -64,6 +64,7 @@ class ArrayReverse:
         self.mode = mode
         self.replace = replace  # id(ABind) -> replacement primal binds
         self.accumulating: set = set()  # names whose adjoints start from an accumulator
+        self.given: set = set()  # outputs whose values the caller gives (``reverse_program``)
         self.binds: list = []
         self.contribs: dict = {}
         self.vars: dict = {}
@@ -147,11 +148,12 @@ class ArrayReverse:
         for nb in reversed(binds):
             self.bind(nb)
 
-    def vjp_program(self, prog: N.Program, accumulate: tuple = ()) -> N.Program:
+    def vjp_program(self, prog: N.Program, accumulate: tuple = (),
+                    given_outputs: tuple = ()) -> N.Program:
         """The vjp of ``prog`` w.r.t. all its parameters (for rules that nest programs;
-        ``accumulate``: see ``reverse_program``)."""
+        ``accumulate``, ``given_outputs``: see ``reverse_program``)."""
         return reverse_program(prog, tuple(range(len(prog.params))), "params",
-                               accumulate=accumulate)
+                               accumulate=accumulate, given_outputs=given_outputs)
 
     # -- services the rules use
 
@@ -265,7 +267,7 @@ def _export(blk: ABlock, tx: list, ex: list, is_t: bool) -> ABlock:
 
 def reverse_program(prog: N.Program, wrt: tuple, seeds: str = "one",
                     mode: str | None = None, with_value: bool = False,
-                    accumulate: tuple = ()) -> N.Program:
+                    accumulate: tuple = (), given_outputs: tuple = ()) -> N.Program:
     """The reverse-mode derivative of ``prog``.
 
     ``seeds="one"``: ``prog`` returns a rank-0 float array; the result is the
@@ -275,6 +277,11 @@ def reverse_program(prog: N.Program, wrt: tuple, seeds: str = "one",
     (outputs..., input cotangents...).  ``accumulate``: positions (in ``wrt``) of
     parameters whose adjoints start from one more parameter each (appended last), so
     a loop accumulating adjoints adds the body's reads into its accumulator directly.
+    ``given_outputs`` (vjp only): a flag per result leaf; each flagged leaf gets one more
+    parameter (appended last, in order) holding the value the program computes there, and
+    the derivative reads it instead of computing it (a loop's reverse sweep has the
+    body's result on its tape: the next state); elementwise rules read their output
+    rather than recompute it (``exp.recompute_lambda``).
     """
     mode = mode or DEFAULT_MODE
     if mode not in MODES:
@@ -298,6 +305,9 @@ def reverse_program(prog: N.Program, wrt: tuple, seeds: str = "one",
     for i, a in zip(accumulate, accs):
         rev.contribute(prog.params[i], a)
         rev.accumulating.add(prog.params[i].name)
+    marked = [o for o, g in zip(outs, given_outputs) if g]
+    given = tuple(N.Avar(N.fresh("out"), o.type) for o in marked)
+    rev.given = {o.name for o in marked}
     rev.block(blk)
     grads = []
     for i in wrt:
@@ -307,12 +317,17 @@ def reverse_program(prog: N.Program, wrt: tuple, seeds: str = "one",
     dual = ABlock(rev.binds, tuple(grads))
     needed = set(free_vars(ablock_term(dual)))
     primal = _rebuild_primal(blk, rev.replace, needed)
+    if given:  # each output bound to its given value (what computed it may then be dead)
+        values = {o.name: g for o, g in zip(marked, given)}
+        primal = ABlock([ABind(b.outs, values[b.outs[0].name])
+                         if len(b.outs) == 1 and b.outs[0].name in values else b
+                         for b in primal.binds], primal.result)
     if seeds == "one":
         result = ((outs[0],) if with_value else ()) + tuple(grads)
     else:
         result = tuple(outs) + tuple(grads)
     body = ablock_term(ABlock(primal.binds + rev.binds, result))
-    return freshen(N.Program(prog.params + extra + accs, body))
+    return freshen(N.Program(prog.params + extra + accs + given, body))
 
 
 

@@ -427,10 +427,21 @@ def store_lambdas(ad: LamAD) -> tuple:
     return freshen(primal), freshen(dual)
 
 
-def recompute_lambda(ad: LamAD) -> N.Lam:
-    """The dual lambda ``(x..., adj) -> (x_adj, iai)`` that recomputes the primal."""
+def recompute_lambda(ad: LamAD, output: N.Exp | None = None) -> N.Lam:
+    """The dual lambda ``(x..., adj) -> (x_adj, iai)`` that recomputes the primal.
+
+    ``output``: an expression equal to the primal's (scalar) result, the element of the
+    array the primal wrote: the dual reads it instead of recomputing the binding that
+    made it (``tanh``'s derivative is ``1 - y^2`` of its output), so what only fed that
+    binding is dead.  In a loop's reverse sweep the output is the next state, already
+    on the loop tape (``loop``), and the body's forward computation goes."""
     adj_p = N.Var(N.fresh("adj"), tree_term(ad.seed).type)
-    binds = ad.primal.binds + _unpack(adj_p, ad.seed) + ad.dual
+    primal = ad.primal.binds
+    res = ad.primal.result
+    if output is not None and isinstance(res, N.Var):
+        primal = [Bind(b.outs, output) if isinstance(b, Bind) and b.outs == (res,) else b
+                  for b in primal]
+    binds = primal + _unpack(adj_p, ad.seed) + ad.dual
     return freshen(N.Lam(ad.params + (adj_p,), to_exp(Block(binds, ad.dual_result()))))
 
 

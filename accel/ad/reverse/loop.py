@@ -142,6 +142,14 @@ def awhile(rev, b: ABind, dys: list):
     settled = [not f and st and isinstance(i, N.Avar)
                for f, st, i in zip(fixed, settles(op.body), init)]
     flex = [leaf for leaf in range(m) if needed[leaf] and not fixed[leaf] and not settled[leaf]]
+    # without checkpoints, the body's result at step k is state k + 1 (the final state for
+    # the last step): the body's vjp is given the leaves on tapes of rows and reads them
+    # instead of recomputing the body (``reverse_program``'s given_outputs)
+    given = [every == 1 and needed[leaf] and (fixed[leaf] or settled[leaf])
+             for leaf in range(m)]
+    if any(given):
+        vprog = rev.vjp_program(bprog, tuple(range(len(tl), len(tl) + len(outer_vars))),
+                                given_outputs=tuple(given))
 
     def kept(kv):  # is state k a checkpoint?
         return _p("eq", _p("mod", _the(kv), _c(every)), _c(0)) if every > 1 else \
@@ -335,6 +343,17 @@ def awhile(rev, b: ABind, dys: list):
             _call(op.body, qx), _unit(_p("add", _the(qk2), _c(1)))))))
         return N.APrj(0, N.Awhile(rc, rb, _tuple((start, _unit(_c(0))))))
 
+    def _next_state(leaf: int, t, kexp):
+        """Leaf ``leaf`` of the state after step ``kexp``: tape row ``kexp + 1``, or the
+        loop's result after the last step (rows and result have one shape)."""
+        nxt = _p("add", kexp, _c(1))
+        last = _p("eq", nxt, _the(kdone))
+        i = N.Var(N.fresh("i"), shape_type(t.rank))
+        out = b.outs[leaf]
+        return N.Generate(N.Shape(out), N.Lam((i,), N.Cond(last, N.Index(out, i), N.Index(
+            tape_vars[layout[leaf]], N.Tuple((nxt,) + tuple(N.Prj(q, i)
+                                                           for q in range(t.rank)))))))
+
     xk = N.Avar(N.fresh("a"), T)
     vres = N.Avar(N.fresh("a"), vprog.type)
 
@@ -342,8 +361,9 @@ def awhile(rev, b: ABind, dys: list):
         xleaves = [N.Avar(N.fresh("a"), t) for t in tl]
         lamleaves = [N.APrj(i, lam4) for i in range(m)]
         accleaves = [N.APrj(i, acc4) for i in range(len(outer_vars))]
+        nexts = [_next_state(leaf, t, kprev) for leaf, t in enumerate(tl) if given[leaf]]
         call = inline_program(vprog, list(xleaves) + list(outer_vars) + list(lamleaves)
-                              + list(accleaves))  # the accumulators: adjoints start there
+                              + list(accleaves) + nexts)  # the accumulators: adjoints start there
         nouts = m  # vprog returns the body's outputs (m leaves), then the gradients
         new_lam = [N.APrj(nouts + i, vres) if floats[i] else lamleaves[i] for i in range(m)]
         new_acc = [N.APrj(nouts + m + i, vres) for i in range(len(outer_vars))]

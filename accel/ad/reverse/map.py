@@ -50,8 +50,9 @@ def elementwise(rev, b, y, dy):
         ]
         dres_term = N.ZipWith(D, dy, ytmp)
     else:
-        Dr = exp.recompute_lambda(ad)
         ix = N.Var(N.fresh("i"), shape_type(y.type.rank))
+        # (an output the caller gives, a loop's next state, is read, not recomputed)
+        Dr = exp.recompute_lambda(ad, N.Index(y, ix) if y.name in rev.given else None)
         if isinstance(op, N.Generate):
             args = (ix,)
         elif isinstance(op, N.Map):
