@@ -39,6 +39,7 @@ from ..simplify.rounds import tidy
 from .kernels import KAcond, KAwhile, KBlock, KFold, KGenerate, KUse, map_blocks, sub_blocks
 
 __all__ = ["rewrite_reductions", "reuse_folds", "interchange_sums", "merge_nested_sums",
+           "retarget", "element",
            "expand", "index_uses", "is_sum"]
 
 #: Sources bigger than this (after inlining their lets) are left alone.
@@ -168,7 +169,7 @@ def _step_reads(name: str, steps, result) -> int:
             + sum(r.name == name for r in result))
 
 
-def _retarget(s, name: str, make):
+def retarget(s, name: str, make):
     """Step ``s`` with every ``name ! e`` replaced by ``make(e)`` and every ``shape name``
     by ``make(None)``."""
     def go(x):
@@ -180,15 +181,15 @@ def _retarget(s, name: str, make):
             return map_children(x, go)
         return x
     if isinstance(s, (KAcond, KAwhile)):
-        return map_blocks(s, lambda b: _retarget_block(b, name, make), lambda c: tidy(go(c)))
+        return map_blocks(s, lambda b: retarget_block(b, name, make), lambda c: tidy(go(c)))
     if isinstance(s, KUse):
         return s
     return type(s)(**{f: tidy(go(v)) if isinstance(v, (N.Exp, N.Lam)) else v
                       for f, v in vars(s).items()})
 
 
-def _retarget_block(b: KBlock, name, make) -> KBlock:
-    return KBlock(tuple(_retarget(s, name, make) for s in b.steps), b.result)
+def retarget_block(b: KBlock, name, make) -> KBlock:
+    return KBlock(tuple(retarget(s, name, make) for s in b.steps), b.result)
 
 
 # --------------------------------------------------------------------------- reuse
@@ -308,7 +309,7 @@ def reuse_folds(blk: KBlock) -> KBlock:
             i += 1
         else:
             del steps[i]
-            steps[i:] = [_retarget(s, b.out.name, make) for s in steps[i:]]
+            steps[i:] = [retarget(s, b.out.name, make) for s in steps[i:]]
     return KBlock(tuple(steps), blk.result)
 
 
@@ -402,7 +403,7 @@ def _through_generates(b: KFold, earlier: list):
     def go(x):
         if isinstance(x, N.Index) and x.array.name in gens and x.index == ix:
             changed[0] = True
-            return _element(gens[x.array.name].f, ix)
+            return element(gens[x.array.name].f, ix)
         return map_children(x, go) if isinstance(x, N.Node) else x
     body = expand(go(b.src.body))
     if changed[0] and body is not None:
@@ -410,7 +411,7 @@ def _through_generates(b: KFold, earlier: list):
     return body
 
 
-def _element(f: N.Lam, ix: N.Var) -> N.Exp:
+def element(f: N.Lam, ix: N.Var) -> N.Exp:
     """The element function ``f`` applied to the index variable ``ix``."""
     f = freshen(f)
     return substitute(f.body, {f.params[0].name: ix})

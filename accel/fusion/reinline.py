@@ -20,9 +20,9 @@ where it is used, as fusion would have done had it seen one reader.
 from __future__ import annotations
 
 from ..ast import nodes as N
-from ..ast.traverse import children, free_vars, freshen, map_children, substitute
+from ..ast.traverse import children, free_vars
 from ..simplify.rounds import tidy
-from .reductions import dim
+from .reductions import dim, element, retarget
 from .kernels import KAcond, KAwhile, KBlock, KFold, KGenerate, KUse, map_blocks, sub_blocks
 
 __all__ = ["reinline_generates"]
@@ -45,12 +45,16 @@ def reinline_generates(blk: KBlock) -> KBlock:
             continue
         k = i + 1 + at
         name = g.outs[0].name
-        reader = _shapes_of(steps[k], name, g.shape)
-        if _domain(reader) != _domain(g):  # (a read out of bounds must still fail)
-            i += 1
+        out = g.outs[0]
+
+        def shape_only(e, g=g, out=out):  # ``shape g`` is g's shape; reads stay
+            return g.shape if e is None else N.Index(out, e)
+        if _domain(retarget(steps[k], name, shape_only)) != _domain(g):
+            i += 1  # (a read out of bounds must still fail)
             continue
-        steps[k] = _inlined(reader, g)
-        steps[i + 1:] = [_shapes_of(s, name, g.shape) for s in steps[i + 1:]]
+        steps[k] = retarget(steps[k], name, lambda e, g=g: g.shape if e is None
+                            else element(g.f, e))
+        steps[i + 1:] = [retarget(s, name, shape_only) for s in steps[i + 1:]]
         del steps[i]
     return KBlock(tuple(steps), blk.result)
 
@@ -121,35 +125,3 @@ def _nested_terms(s) -> list:
         out += list(b.result)
     return out
 
-
-def _inlined(s, g: KGenerate):
-    """Step ``s`` with its read ``g ! ix`` replaced by ``g``'s element at ``ix``."""
-    name = g.outs[0].name
-
-    def go(x):
-        if isinstance(x, N.Node) and name in free_vars(x):
-            if isinstance(x, N.Index) and x.array.name == name:
-                f = freshen(g.f)
-                return substitute(f.body, {f.params[0].name: x.index})
-            return map_children(x, go)
-        return x
-    fn = "f" if isinstance(s, KGenerate) else "src"
-    return type(s)(**{**vars(s), fn: tidy(go(getattr(s, fn)))})
-
-
-def _shapes_of(s, name: str, shape: N.Exp):
-    """Step ``s`` with ``shape name`` replaced by ``shape`` (in nested blocks too)."""
-    def go(x):
-        if isinstance(x, N.Node) and name in free_vars(x):
-            if isinstance(x, N.Shape) and x.array.name == name:
-                return shape
-            return map_children(x, go)
-        return x
-    if isinstance(s, (KAcond, KAwhile)):
-        return map_blocks(s, lambda b: KBlock(tuple(_shapes_of(t, name, shape)
-                                                    for t in b.steps), b.result),
-                          lambda c: tidy(go(c)))
-    if isinstance(s, KUse):
-        return s
-    return type(s)(**{f: tidy(go(v)) if isinstance(v, (N.Exp, N.Lam)) else v
-                      for f, v in vars(s).items()})
