@@ -250,7 +250,8 @@ def _tape_bounded(nested: bool):
     tanh w[r, c] else -1``: a branch on the column against an element read at a position
     that does not depend on the index, through a ``let`` (as reverse mode reads a loop
     state's shape back from its tape at step ``t - 1``); ``nested``: the branch sits in
-    another branch, whose test is made only for some indices."""
+    another branch, on an element (``w[r, c] < 1.5``), so its test is made only for
+    some indices."""
     w, n, t = av(float64, 2, "w"), av(N.int64, 1, "n"), av(N.int64, 1, "t")
     o = av(float64, 2, "o")
 
@@ -259,7 +260,7 @@ def _tape_bounded(nested: bool):
         test = P("and", P("lt", r, dim(w, 0)), P("lt", c, P("min", dim(w, 1), b)))
         inner = N.Cond(test, P("tanh", at(w, r, c)), f64(-1.0))
         if nested:
-            inner = N.Cond(P("gt", r, N.Const(2, N.int64)), inner, f64(2.0))
+            inner = N.Cond(P("lt", at(w, r, c), f64(1.5)), inner, f64(2.0))
         return N.Let(b, N.Index(n, sh(P("sub", at(t, 0), N.Const(1, N.int64)))), inner)
     return kprog((w, n, t), [KGenerate((o,), N.Shape(w), ix_lam(2, body))], o)
 
@@ -282,7 +283,7 @@ def test_a_column_branch_on_an_invariant_element_read_splits_the_column_loop(nes
         c = np.arange(cols)
         want = np.where(c[None, :] < min(cols, bound), np.tanh(w), -1.0)
         if nested:
-            want[:3] = 2.0
+            want[w >= 1.5] = 2.0
         got = r([w, n, t])
         np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
         np.testing.assert_allclose(got, evaluate(kp, [w, n, t]), rtol=1e-15, atol=0)

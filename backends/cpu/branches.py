@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from accel.ast import nodes as N
 from accel.ast.traverse import children, free_vars, map_children
-from accel.ast.types import bool_
+from accel.ast.types import Scalar, bool_
 
 #: ``i OP e`` written as ``e FLIP[OP] i``.
 FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
@@ -65,6 +65,100 @@ def index_branch(f: N.Lam, components, reads: bool = False):
         elif not isinstance(e, (N.Lam, N.While)):
             stack.extend((c, always) for c in reversed(children(e)))
     return None
+
+
+def window(f: N.Lam, comp: int):
+    """``(tests, lower, upper)`` when ``f`` compares component ``comp`` of its index, plus
+    an integer constant, with terms of constants and array sizes (``let``-bound names
+    looked through) both from below and from above, else None.
+
+    This is the window test of a shifted read's adjoint: ``dx[i] = .. (if 0 <= i - 1 <
+    n then dy[i - 1] else 0) + (if 0 <= i + 1 < n then dy[i + 1] else 0) ..`` (a
+    stencil's or a convolution's, reverse mode's ``backpermute`` adjoint).  Every test
+    holds for the indices in ``[max lower, min upper)``, the interior, where ``f`` with
+    them all decided computes the same values without a compare; outside it (the
+    border, a few indices) ``f`` runs as it is.  ``lower`` and ``upper`` are pairs
+    ``(term, shift)``: a test holds from ``term + shift`` on, or below it.  The terms
+    read no element, so they may be evaluated before the loop whatever ``f`` reads."""
+    (ix,) = f.params
+    outer = free_vars(f)
+    lets: dict = {}
+    tests: list = []
+    stack = [f.body]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, N.Let):
+            lets[e.var.name] = e.bound
+        elif isinstance(e, N.PrimApp) and e.op in FLIP and len(e.args) == 2:
+            tests.append(e)
+        if not isinstance(e, (N.Lam, N.While)):
+            stack.extend(children(e))
+    found, lower, upper = [], [], []
+    for t in tests:
+        for side, op in ((0, t.op), (1, FLIP[t.op])):
+            off = _offset(t.args[side], ix.name, comp, lets)
+            if off is None:
+                continue
+            b = _substituted(t.args[1 - side], lets)
+            if b is None or not free_vars(b) <= outer or not sizes_only(b):
+                continue
+            if t not in found:
+                found.append(t)
+                # i + off OP b  <=>  i OP b - off
+                (upper if BELOW[op] else lower).append((b, SHIFT[op] - off))
+            break
+    if not (lower and upper):
+        return None
+    return found, lower, upper
+
+
+def _offset(e, ix: str, comp: int, lets: dict, depth: int = 0):
+    """``c`` when ``e`` is component ``comp`` of the index ``ix`` plus the integer
+    constant ``c`` (through ``let``-bound names), else None."""
+    if depth > 16:
+        return None
+    if isinstance(e, N.Var) and e.name in lets:
+        return _offset(lets[e.name], ix, comp, lets, depth + 1)
+    if isinstance(e, N.Prj):
+        t = e.tup
+        return 0 if isinstance(t, N.Var) and t.name == ix and e.index == comp else None
+    if isinstance(e, N.PrimApp) and e.op in ("add", "sub") and len(e.args) == 2:
+        a, b = e.args
+        if _int_const(b):
+            off = _offset(a, ix, comp, lets, depth + 1)
+            c = int(b.value)
+            return None if off is None else off + (c if e.op == "add" else -c)
+        if e.op == "add" and _int_const(a):
+            off = _offset(b, ix, comp, lets, depth + 1)
+            return None if off is None else off + int(a.value)
+    return None
+
+
+def _int_const(e) -> bool:
+    return isinstance(e, N.Const) and _is_int(e)
+
+
+def _substituted(e, lets: dict, depth: int = 0):
+    """``e`` with the ``lets`` substituted (None past 16 levels)."""
+    if depth > 16:
+        return None
+    if isinstance(e, N.Var):
+        return _substituted(lets[e.name], lets, depth + 1) if e.name in lets else e
+    bad = []
+
+    def sub(c):
+        r = _substituted(c, lets, depth + 1)
+        if r is None:
+            bad.append(c)
+            return c
+        return r
+    y = map_children(e, sub)
+    return None if bad else y
+
+
+def _is_int(e) -> bool:
+    t = getattr(e, "type", None)
+    return isinstance(t, Scalar) and t.is_int
 
 
 def _tests(c):

@@ -25,7 +25,7 @@ from accel.backends.numba.kernelgen import out_names
 from accel.fusion.kernels import KGenerate
 from accel.simplify.rounds import tidy
 
-from .branches import BELOW, FALSE, SHIFT, TRUE, decide, index_branch
+from .branches import BELOW, FALSE, SHIFT, TRUE, decide, index_branch, window
 from .emitter import KernelGen, advance_row, row_counter
 from .plan import Launch, dtypes
 
@@ -76,16 +76,21 @@ def emit(s: KGenerate, check: bool):
     g.emit(f"{j0} = {ct} * {TILE_COLS}")
     g.emit(f"{j1} = min({j0} + {TILE_COLS}, {C})")
 
-    def row(f, i):
+    def row(f, i, depth=SPLIT_DEPTH):
         g.emit(f"{rb} = ({o} * {R} + {i}) * {C}")
 
         def element(f, j):
             g.emit(f"{k} = {rb} + {j}")
             body(oix + [i, j], k, f)
-        _split_loop(g, f, j0, j1, SPLIT_DEPTH, element, rank - 1)
-    # (rows are not split: a branch on the row is invariant in the column loop, which
-    # LLVM unswitches; splitting rows too was no faster on the RNN's 128 x 128 adjoint)
-    _split_loop(g, s.f, i0, i1, 0, row, rank - 2)
+        _split_loop(g, f, j0, j1, depth, element, rank - 1)
+    # (rows are split only at a window, see ``_window_rows``: a single branch on the row
+    # is invariant in the column loop, which LLVM unswitches; splitting rows at it was
+    # no faster on the RNN's 128 x 128 adjoint)
+    w = window(s.f, rank - 2)
+    if w is None:
+        _split_loop(g, s.f, i0, i1, 0, row, rank - 2)
+    else:
+        _window_rows(g, s.f, w, i0, i1, row)
     if rank >= 3:
         slices(g, dims, body)
     return g, {}
@@ -97,6 +102,10 @@ def _split_loop(g: KernelGen, f: N.Lam, lo: str, hi: str, depth: int, body,
     the module docstring) into loops with ``f``'s branch decided, ``depth`` times.  The
     split point is computed only for a non-empty range: it may read an element (which
     ``f`` reads for every index, so not when there is none)."""
+    w = window(f, comp) if depth else None
+    if w is not None:
+        _window_loop(g, f, w, lo, hi, depth, body, comp)
+        return
     sp = index_branch(f, (comp,), reads=True) if depth else None
     if sp is None:
         k = g.fresh("k")
@@ -115,6 +124,60 @@ def _split_loop(g: KernelGen, f: N.Lam, lo: str, hi: str, depth: int, body,
     below, above = (TRUE, FALSE) if BELOW[op] else (FALSE, TRUE)
     _split_loop(g, tidy(decide(f, test, below)), lo, mid, depth - 1, body, comp)
     _split_loop(g, tidy(decide(f, test, above)), mid, hi, depth - 1, body, comp)
+
+
+def _window_bounds(g: KernelGen, w, lo: str, hi: str):
+    """Names of ``[a, b)``, the interior of window ``w`` (``branches.window``) within
+    ``[lo, hi)`` (``lo <= a <= b <= hi``)."""
+    _, lower, upper = w
+    a, b = g.fresh("wa"), g.fresh("wb")
+    g.emit(f"{a} = {lo}")
+    for e, shift in lower:
+        g.emit(f"{a} = max({a}, {g.exp(e)} + {shift})")
+    g.emit(f"{a} = min({a}, {hi})")
+    g.emit(f"{b} = {hi}")
+    for e, shift in upper:
+        g.emit(f"{b} = min({b}, {g.exp(e)} + {shift})")
+    g.emit(f"{b} = max({b}, {a})")
+    return a, b
+
+
+def _inside(f: N.Lam, w) -> N.Lam:
+    """``f`` with the tests of window ``w`` decided: its values in the interior."""
+    for t in w[0]:
+        f = decide(f, t, TRUE)
+    return tidy(f)
+
+
+def _window_loop(g: KernelGen, f: N.Lam, w, lo: str, hi: str, depth: int, body,
+                 comp: int) -> None:
+    """``for k in range(lo, hi): body(f, k)`` as the interior of window ``w`` with its
+    tests decided (split further, ``depth - 1`` times) and one loop over both borders
+    running ``f`` as it is (two copies of the body, not one per border)."""
+    a, b = _window_bounds(g, w, lo, hi)
+    q, k = g.fresh("q"), g.fresh("k")
+    g.loop(q, f"range({hi} - {b} + {a} - {lo})")
+    g.emit(f"{k} = {lo} + {q} if {q} < {a} - {lo} else {b} + ({q} - ({a} - {lo}))")
+    body(f, k)
+    g.ind -= 1
+    _split_loop(g, _inside(f, w), a, b, depth - 1, body, comp)
+
+
+def _window_rows(g: KernelGen, f: N.Lam, w, lo: str, hi: str, row) -> None:
+    """The rows ``[lo, hi)`` of a tile: those inside window ``w`` (on the row) with its
+    tests decided and the columns split, the border rows as they are (one column loop,
+    no split: a few rows)."""
+    a, b = _window_bounds(g, w, lo, hi)
+    i = g.fresh("k")
+    g.loop(i, f"range({lo}, {hi})")
+    g.emit(f"if {a} <= {i} < {b}:")
+    g.ind += 1
+    row(_inside(f, w), i)
+    g.ind -= 1
+    g.emit("else:")
+    g.ind += 1
+    row(f, i, 0)
+    g.ind -= 2
 
 
 def slices(g: KernelGen, dims: list, body) -> None:
