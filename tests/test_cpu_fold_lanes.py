@@ -1,4 +1,5 @@
-"""Long folds in interleaved lanes (``backends/cpu/fold.py``, ``_fold_lanes``): sums,
+"""Long folds in interleaved lanes (``backends/cpu/fold.py``, ``_fold_lanes``) and
+floating-point sums in one loop of reassociating adds (``_fold_reassociated``): sums,
 products, maxima and minima of long rows (every tail length, with and without an
 initial value, float and int, NaN) match NumPy, and the lanes agree with the one-chain
 loop up to reassociation."""
@@ -78,6 +79,36 @@ def test_buffered_sources_in_lanes(n):
     src = generate(fuse(optimise(trace_program(f, sig))).body, False).source
     assert re.search(r"ln\d+ = buf\d+\[", src)  # lanes start from a buffer
 
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [1, 7, 1031, 4099, 100_003])
+def test_float_sums_are_one_reassociating_loop(dtype, n):
+    """Floating-point sums on phase ``f`` fold in one loop of adds LLVM may reassociate
+    (``_fold_reassociated``), a source calling ``exp`` included (no buffer), with and
+    without an initial value, for rows and for one long row cut into chunks: they match
+    NumPy to rounding and propagate infinities and NaN."""
+    def f(a):
+        return (A.sum(A.map(lambda v: A.exp(v * 0.5), a)), A.fold(lambda p, q: p + q, 2.5, a),
+                A.maximum(A.map(A.exp, a)))
+    x = RNG.uniform(0.5, 1.5, (3, n)).astype(dtype)
+    rtol = 1e-12 if dtype == np.float64 else 1e-5
+    c = A.compile(f)
+    got = c(x)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(got[0], np.exp(x64 * 0.5).sum(1), rtol=rtol)
+    np.testing.assert_allclose(got[1], 2.5 + x64.sum(1), rtol=rtol)
+    np.testing.assert_allclose(got[2], np.exp(x64).max(1), rtol=rtol)
+    np.testing.assert_allclose(A.compile(lambda a: A.sum(A.map(A.exp, a)))(x[0]),
+                               np.exp(x64[0]).sum(), rtol=rtol)
+    if n > 2:
+        x[1, n // 2] = np.inf
+        x[2, n // 3] = np.nan
+        got = c(x)
+        assert np.isinf(got[0][1]) and np.isinf(got[1][1]) and np.isnan(got[1][2])
+        assert np.isnan(got[0][2])
+    src = generate(fuse(optimise(trace_program(f, (arg_type(x, 0),)))).body, False).source
+    assert "_radd(" in src
 
 
 def test_many_rows_of_mathlib_sources_fold_on_the_buffer():

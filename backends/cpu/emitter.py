@@ -61,6 +61,17 @@ from numba.core.extending import intrinsic as _intrinsic
 ''' + mathlib.SOURCE + '''
 
 @_intrinsic
+def _radd(typingctx, a, b):
+    """``a + b`` that LLVM may reassociate with other such adds (``fadd reassoc
+    contract``): a sum's chain in a fold, whose order the fold leaves open, vectorizes."""
+    if a != b or not isinstance(a, _nbt.Float):
+        return None
+    def codegen(context, builder, signature, args):
+        return builder.fadd(args[0], args[1], flags=("reassoc", "contract"))
+    return a(a, b), codegen
+
+
+@_intrinsic
 def _select(typingctx, c, a, b):
     """``a if c else b`` as one LLVM ``select``, both computed (``kernelgen.speculable``)."""
     if a != b or not isinstance(c, _nbt.Boolean):
@@ -83,8 +94,15 @@ class KernelGen(ScalarEmitter):
 
     SELECT = True  # ``HEADER`` defines ``_select``
 
-    def __init__(self, check_bounds: bool):
+    def __init__(self, check_bounds: bool, hoist: bool = False):
+        """``hoist``: read each rank-0 array once, in the prologue, for a step that never
+        writes an array it reads (any but a permute, which may update its defaults in
+        place).  Read in a loop, ``x ! ()`` (logsumexp's maximum in ``exp(x - m)``) is
+        loaded again after every store to a work buffer, which LLVM cannot prove is
+        another array: the loop of ``exp`` over a block of 32 then did not vectorize."""
         super().__init__(check_bounds)
+        if hoist:
+            self.scalar_reads = {}
         self.funcs: dict = {}  # phase -> [lines]
         self.kinds: dict = {}  # phase -> "range" | "plain"
         self.parallel: list = []  # phases with a parallel driver
@@ -106,6 +124,8 @@ class KernelGen(ScalarEmitter):
         ins = [b for av in self.array_order for b in self.arrays[av.name].leaves]
         args = ", ".join(self.work + ins + ["shp", "err"])
         pro = [f"    s{i} = shp[{i}]" for i in range(len(self.layout))]
+        for name, hs in (self.scalar_reads or {}).items():
+            pro += [f"    {h} = {b}[0]" for h, b in zip(hs, self.arrays[name].leaves)]
         fp = ([fpmode.PROLOGUE], [fpmode.EPILOGUE]) if flush else ([], [])
         out = []
         for phase, lines in self.funcs.items():

@@ -40,7 +40,7 @@ def emit(s: KGenerate, check: bool):
     that no division is needed per element and gathers along either of the last two
     dimensions stay cache-friendly.  Rank >= 3 also gets phase ``s`` (:func:`_slices`),
     which the runtime launches instead when a slice is one tile."""
-    g = KernelGen(check)
+    g = KernelGen(check, hoist=True)
     rank = len(s.shape.type.items)
     dims = [g.slot(("out", d)) for d in range(rank)]
     outs = [out_names(k, o.type) for k, o in enumerate(s.outs)]

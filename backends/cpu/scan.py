@@ -34,7 +34,7 @@ def emit(s: KScan, check: bool):
     first runs phase ``t`` (the totals of the chunks, in parallel) and ``carry`` (the
     carry into each chunk, sequentially in scan order); then every chunk is scanned from
     its carry (the first chunk in scan order from z or its first element)."""
-    g = KernelGen(check)
+    g = KernelGen(check, hoist=True)
     elt, ts, (m, n, nch, kout), dims = g.rows(s, ("mode",), ("kout",))
     outs = out_names(0, s.out.type)
     hz, left = s.z is not None, s.left

@@ -164,6 +164,9 @@ class ScalarEmitter(PrimEmitter):
         self.slots: dict = {}  # layout key -> atom
         self.layout: list = []
         self.sites: list = []
+        # rank-0 arrays read once before the loops (``KernelGen(hoist=True)``): array
+        # name -> the names of its leaves' values, else None
+        self.scalar_reads: dict | None = None
 
     # ---- dialect hooks (the CPU's spelling here; see the module docstring)
 
@@ -327,6 +330,11 @@ class ScalarEmitter(PrimEmitter):
     def e_Index(self, e: N.Index):
         arr = self.array(e.array)
         elt = e.array.type.elt
+        if self.scalar_reads is not None and e.array.type.rank == 0:
+            names = self.scalar_reads.get(e.array.name)
+            if names is None:
+                names = self.scalar_reads[e.array.name] = [f"h{b[1:]}" for b in arr.leaves]
+            return rebuild(elt, iter(names))
         olds: list = []
         try:
             index = self.bind_lets(e.index, olds)
