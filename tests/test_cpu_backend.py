@@ -308,35 +308,42 @@ def test_fold_rows_and_full_reduction_float():
 
 
 @pytest.mark.parametrize("op", ["log", "exp"])
-def test_fold_of_exp_or_log_buffers_its_source_and_sums_in_order(op, small_chunks):
-    """Phase f computes a source calling mathlib 32 elements at a time, then combines them
-    in order: exactly the sequential sum of the same element values, for lengths around
-    the buffer's and fold1; chunked folds and rows as well."""
-    add = lam((float64, float64), lambda x, y: P("add", x, y))
+@pytest.mark.parametrize("comb", ["add", "mul"])
+def test_fold_of_exp_or_log_vectorizes_its_source(op, comb, small_chunks):
+    """Phase f: a float sum of a source calling mathlib is one loop of adds LLVM may
+    reassociate (``_radd``: it vectorizes with the math); another combination computes
+    the source 32 elements at a time, then combines them in order, exactly the
+    sequential fold of the same element values.  Lengths around the buffer's and fold1;
+    chunked folds and rows as well."""
+    f = lam((float64, float64), lambda x, y: P(comb, x, y))
     rng = np.random.default_rng(5)
     for rank, z in ((1, f64(0.25)), (1, None), (2, f64(0.25))):
         a, o = av(float64, rank, "x"), av(float64, rank - 1, "o")
         src = lam((shape_type(rank),), lambda i: P("mul", P(op, N.Index(a, i)), f64(3.0)))
         kp = kprog((a,), [KFold(o, sh(*(dim(a, k) for k in range(rank - 1))),
-                                dim(a, rank - 1), add, z, src)], o)
+                                dim(a, rank - 1), f, z, src)], o)
         runner = prepare_kernels(kp)
         f_src = next(t for t in runner.source().split("@nb.njit") if "_f(lo, hi" in t)
-        assert "np.empty(32" in f_src and f"_{op}(" in f_src
+        assert f"_{op}(" in f_src
+        assert ("_radd(" in f_src) == (comb == "add")
+        assert ("np.empty(32" in f_src) == (comb != "add")
         elems = prepare_kernels(unary_prog(op, float64))  # the same mathlib values
         for n in (1, 31, 32, 33, 100, 1000) if rank == 1 else (0, 33, 250):
             shape = (n,) if rank == 1 else (3, n)
-            x = rng.uniform(0.1, 3.0, shape)
+            mid = {"exp": -np.log(3.0), "log": np.exp(1 / 3)}[op]  # factors near 1
+            x = rng.uniform(0.1, 3.0, shape) if comb == "add" else \
+                rng.uniform(mid - 0.005, mid + 0.005, shape)
             got = runner([x])
             vals = elems([x.reshape(-1)]).reshape(shape) * 3.0
             want = []
             for row in vals.reshape(int(np.prod(shape[:-1])), n):
                 acc = 0.25 if z is not None else row[0]
                 for v in (row if z is not None else row[1:]):
-                    acc = acc + v
+                    acc = acc + v if comb == "add" else acc * v
                 want.append(acc)
-            if rank == 1 and n < 100:  # phase f, one chunk: the sequential sum exactly
+            if rank == 1 and n < 100 and comb != "add":  # one chunk, in order: exactly
                 np.testing.assert_array_equal(got, want[0])
-            else:  # chunked (small_chunks), or rows in blocks (phase b may contract FMAs)
+            else:  # reassociated, chunked (small_chunks), or rows in blocks (FMAs)
                 np.testing.assert_allclose(got, np.array(want).reshape(shape[:-1]), rtol=1e-14)
             assert_same(got, evaluate(kp, [x]), rtol=1e-13)
 
