@@ -175,30 +175,17 @@ def _invariant(e, lets: dict, ix: str, outer: set):
     """``e`` with the ``lets`` substituted, if then it reads only variables from outside
     ``f`` (so not the index ``ix``) and is made of constants, primitives, sizes and
     element reads; else None."""
-    def go(x, depth=0):
-        if depth > 16:
-            return None
-        if isinstance(x, N.Var):
-            if x.name in lets:
-                return go(lets[x.name], depth + 1)
-            return x if x.name in outer else None
-        if isinstance(x, (N.Shape, N.Avar)):
-            return x
-        if not isinstance(x, (N.Const, N.PrimApp, N.Prj, N.Tuple, N.Index)):
-            return None
-        bad = []
-
-        def sub(c):
-            r = go(c, depth + 1)
-            if r is None:
-                bad.append(c)
-                return c
-            return r
-        y = map_children(x, sub)
-        return None if bad else y
-    y = go(e)
+    y = _substituted(e, lets)
     if y is None or ix in free_vars(y) or not free_vars(y) <= outer:
         return None
+    stack = [y]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (N.Shape, N.Avar, N.Var)):
+            continue
+        if not isinstance(x, (N.Const, N.PrimApp, N.Prj, N.Tuple, N.Index)):
+            return None
+        stack.extend(children(x))
     return y
 
 

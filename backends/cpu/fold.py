@@ -345,36 +345,26 @@ def _fold_segments(g: KernelGen, s: KFold, acc: list, ts: list, ix: list, st: st
         g.loop(tt, f"range({sg})")
         g.emit(f"{acc[0]} = _radd({acc[0]}, {flat(element(0))[0]})")
         g.ind -= 1
-        g.emit(f"{jj} += {sg}")
-        g.emit(f"{ra} = 0")
-        g.emit(f"{qa} += 1")
-        g.ind -= 2
-        _segments_fallback(g, s, acc, ts, ix, st, hi)
-        return
-    g.emit(f"while {tt} + {L} <= {sg}:")
-    g.ind += 1
-    xs = [element(t) for t in range(L)]
-    for ln, x in zip(lanes, xs):
-        g.update(ln, ts, g.apply(s.f, (ln[0], x)))
-    g.emit(f"{tt} += {L}")
-    g.ind -= 1
-    g.emit(f"while {tt} < {sg}:")
-    g.ind += 1
-    g.update(acc, ts, g.apply(s.f, (acc[0], element(0))))
-    g.emit(f"{tt} += 1")
-    g.ind -= 1
+    else:
+        g.emit(f"while {tt} + {L} <= {sg}:")
+        g.ind += 1
+        xs = [element(t) for t in range(L)]
+        for ln, x in zip(lanes, xs):
+            g.update(ln, ts, g.apply(s.f, (ln[0], x)))
+        g.emit(f"{tt} += {L}")
+        g.ind -= 1
+        g.emit(f"while {tt} < {sg}:")
+        g.ind += 1
+        g.update(acc, ts, g.apply(s.f, (acc[0], element(0))))
+        g.emit(f"{tt} += 1")
+        g.ind -= 1
     g.emit(f"{jj} += {sg}")
     g.emit(f"{ra} = 0")
     g.emit(f"{qa} += 1")
     g.ind -= 1
-    _combine_lanes(g, s, acc, ts, lanes)
+    if lanes:
+        _combine_lanes(g, s, acc, ts, lanes)
     g.ind -= 1
-    _segments_fallback(g, s, acc, ts, ix, st, hi)
-
-
-def _segments_fallback(g: KernelGen, s: KFold, acc: list, ts: list, ix: list, st: str,
-                       hi: str) -> None:
-    """``_fold_segments``' ``else`` branch: a divisor that is not positive."""
     g.emit("else:")
     g.ind += 1
 
