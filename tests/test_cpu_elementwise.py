@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pytest
 
+import accel as A
 from accel.ast import nodes as N
 from accel.ast.types import float32, float64
 from accel.fusion.kernels import KGenerate
@@ -288,3 +289,16 @@ def test_a_column_branch_on_an_invariant_element_read_splits_the_column_loop(nes
         np.testing.assert_allclose(got, want, rtol=1e-15, atol=0)
         np.testing.assert_allclose(got, evaluate(kp, [w, n, t]), rtol=1e-15, atol=0)
     assert r([np.zeros((0, 0)), np.zeros(0, dtype=np.int64), np.array([7])]).shape == (0, 0)
+
+
+def test_transcendental_elements_weigh_more_for_the_parallel_launch():
+    """``step_weight`` counts a transcendental function as ``TRANSCENDENTAL_OPS``
+    operations: 40,000 ``exp`` run in parallel where 40,000 additions stay serial (under
+    ``PAR_MIN_WORK``), with the same values either way."""
+    x = np.random.default_rng(2).standard_normal(40_000)
+    cheap = A.compile(lambda a: A.map(lambda v: v + 1.0, a))
+    dear = A.compile(lambda a: A.map(lambda v: A.exp(v) * 0.5, a))
+    np.testing.assert_array_equal(cheap(x), x + 1.0)
+    np.testing.assert_allclose(dear(x), np.exp(x) * 0.5, rtol=1e-15)
+    assert cheap.stats(x)["launches"] == {"g_serial": 1}
+    assert dear.stats(x)["launches"] == {"g_parallel": 1}
