@@ -15,6 +15,12 @@ they leave a loop LLVM vectorizes.  Measured on the RNN of ``benchmarks/loops.py
 its reverse step's ``W`` adjoint (10^4 elements, a ``tanh`` each) 68 us -> 17 us a step;
 the corpus RNN's ``W`` adjoint (128 x 128, the column bound read from the loop tape's
 record of the state's shape) 21 -> 8 us a step.
+
+Windows: tests of the index plus a constant against sizes from both sides (``0 <= i + d
+< n``, ``branches.window``: the adjoint of shifted reads) are all decided in the window's
+interior, which runs as one loop, while both borders run the function as written in a
+second loop; the rows of a tile are split the same way.  The 5-point stencil's adjoint
+(ten such tests an element): 3.0 -> 1.0 ms over 1024 x 1024.
 """
 
 from __future__ import annotations
