@@ -147,3 +147,25 @@ def test_sizes_sweep_against_numpy(n_mat, n_use, k):
     use, gen = producer(kp, 0), producer(kp, 1)
     if use is not gen:  # (equal shapes: one loop writes both, sharing the expression)
         assert (gen.outs[0].name in reads(use.f)) == (n_use <= n_mat)
+
+
+def test_dimensions_are_compared_through_earlier_arrays_shapes():
+    """The corpus MLP written with ``replicate``: its hidden ``tanh`` is materialised
+    over ``min (shape h).0 (shape x).0`` rows (a zip_with over the layer's product ``h``,
+    a fold over ``(shape x).0`` rows) and read back by the gradient's generate over
+    ``(shape x).0`` rows: with ``h``'s shape written out the two are the same length, so
+    the adjoint reads the ``tanh`` instead of applying it again.  The gradient matches
+    the interpreter's on the fused and cpu backends."""
+    from benchmarks.corpus.nn import mlp_replicate
+    rng = np.random.default_rng(4)
+    args = (rng.normal(size=(5, 4)), rng.normal(size=5), rng.normal(size=(3, 5)),
+            rng.normal(size=3), rng.normal(size=(6, 4)), rng.normal(size=(6, 3)))
+    g = A.gradientA(mlp_replicate, wrt=(0, 1, 2, 3))
+    kp = kernel_program(g, *args)
+    tanhs = [e for s in kp.body.steps for f in ("f", "src") if getattr(s, f, None) is not None
+             for e in walk(getattr(s, f)) if isinstance(e, N.PrimApp) and e.op == "tanh"]
+    assert len(tanhs) == 1
+    want = A.compile(g, backend="interpreter")(*args)
+    for backend in ("fused", "cpu"):
+        for got, w in zip(A.compile(g, backend=backend)(*args), want):
+            np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-14, err_msg=backend)

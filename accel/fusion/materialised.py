@@ -18,7 +18,7 @@ from ..ast import nodes as N
 from ..ast.traverse import children, map_children
 from ..simplify.rounds import tidy
 from .kernels import KBlock, KFold, KGenerate, map_blocks
-from .reductions import dim, expand, match_under
+from .reductions import dim, expand, known_shapes, match_under
 
 __all__ = ["read_materialised"]
 
@@ -35,7 +35,8 @@ def read_materialised(blk: KBlock) -> KBlock:
     for i, g in enumerate(steps):
         pattern = _pattern(g)
         if pattern is not None:
-            steps[i + 1:] = [_rewrite_step(s, g, pattern) for s in steps[i + 1:]]
+            steps[i + 1:] = [_rewrite_step(s, g, pattern, steps[:j])
+                             for j, s in enumerate(steps[i + 1:], i + 1)]
     return KBlock(tuple(steps), blk.result)
 
 
@@ -58,24 +59,29 @@ def _ops(e) -> int:
     return n
 
 
-def _rewrite_step(s, g: KGenerate, pattern):
+def _rewrite_step(s, g: KGenerate, pattern, earlier: list):
+    """``s`` reading ``g`` where it recomputes ``pattern``; dimensions are compared with
+    the shapes of ``earlier`` steps' arrays written out (``known_shapes``: a generate
+    over ``min (shape h).0 (shape x).0`` with ``h`` a fold over ``(shape x).0`` is
+    ``(shape x).0`` long, as a zip_with's adjoint writes it)."""
     if isinstance(s, KGenerate):
         dims = [dim(s.shape, m) for m in range(len(s.shape.type.items))]
-        f = _rewrite_lam(s.f, dims, g, pattern)
+        f = _rewrite_lam(s.f, dims, g, pattern, earlier)
         return s if f is s.f else KGenerate(s.outs, s.shape, f)
     if isinstance(s, KFold):
         dims = [dim(s.shape, m) for m in range(len(s.shape.type.items))] + [tidy(s.n)]
-        src = _rewrite_lam(s.src, dims, g, pattern)
+        src = _rewrite_lam(s.src, dims, g, pattern, earlier)
         return s if src is s.src else KFold(s.out, s.shape, s.n, s.f, s.z, src)
     return s
 
 
-def _rewrite_lam(lam: N.Lam, dims: list, g: KGenerate, pattern) -> N.Lam:
+def _rewrite_lam(lam: N.Lam, dims: list, g: KGenerate, pattern, earlier: list) -> N.Lam:
     body = expand(lam.body)
     if body is None:
         return lam
     ig, ix = g.f.params[0], lam.params[0]
-    gdims = [dim(g.shape, k) for k in range(len(ig.type.items))]
+    dims = [known_shapes(d, earlier) for d in dims]
+    gdims = [known_shapes(dim(g.shape, k), earlier) for k in range(len(ig.type.items))]
     found = [False]
 
     def go(t):
@@ -109,9 +115,12 @@ def _bind(p, t, ig: N.Var, ix: N.Var, env: dict) -> bool:
 
 def _le(e, d) -> bool:
     """Whether the size ``e`` is at most ``d`` for every value of the arguments: equal,
-    constants in order, or a ``min`` with an argument that is."""
+    constants in order, a ``min`` with an argument that is, or at most every argument
+    of a ``min``."""
     if e == d:
         return True
     if isinstance(e, N.Const) and isinstance(d, N.Const):
         return e.value <= d.value
+    if isinstance(d, N.PrimApp) and d.op == "min" and all(_le(e, a) for a in d.args):
+        return True
     return isinstance(e, N.PrimApp) and e.op == "min" and any(_le(a, d) for a in e.args)

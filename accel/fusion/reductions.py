@@ -39,7 +39,7 @@ from ..simplify.rounds import tidy
 from .kernels import KAcond, KAwhile, KBlock, KFold, KGenerate, KUse, map_blocks, sub_blocks
 
 __all__ = ["rewrite_reductions", "reuse_folds", "interchange_sums", "merge_nested_sums",
-           "retarget", "element",
+           "retarget", "element", "known_shapes",
            "expand", "index_uses", "is_sum"]
 
 #: Sources bigger than this (after inlining their lets) are left alone.
@@ -326,7 +326,7 @@ def _scaled(b: KFold, earlier: list):
     ``reinline`` then computes it in."""
     ib = b.src.params[0]
     rb = len(ib.type.items) - 1
-    b = KFold(b.out, _known_shapes(b.shape, earlier), _known_shapes(b.n, earlier), b.f, b.z,
+    b = KFold(b.out, known_shapes(b.shape, earlier), known_shapes(b.n, earlier), b.f, b.z,
               b.src)
     body = _through_generates(b, earlier)
     if body is None:
@@ -347,8 +347,8 @@ def _scaled(b: KFold, earlier: list):
         for pos, a in enumerate(earlier):
             perm = None
             if is_sum(a):
-                known = KFold(a.out, _known_shapes(a.shape, earlier[:pos]),
-                              _known_shapes(a.n, earlier[:pos]), a.f, a.z, a.src)
+                known = KFold(a.out, known_shapes(a.shape, earlier[:pos]),
+                              known_shapes(a.n, earlier[:pos]), a.f, a.z, a.src)
                 perm = _reindex(known, probe, within=True)
             if perm is not None:
                 break
@@ -359,7 +359,7 @@ def _scaled(b: KFold, earlier: list):
     return KGenerate((b.out,), b.shape, N.Lam((o,), tidy(_sum(parts, ty))))
 
 
-def _known_shapes(e: N.Exp, earlier: list) -> N.Exp:
+def known_shapes(e: N.Exp, earlier: list) -> N.Exp:
     """``e`` with ``shape a`` of arrays that ``earlier`` generates or folds written as
     their shape expressions (to be compared with other steps' dimensions)."""
     shapes = {}
