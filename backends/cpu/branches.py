@@ -135,7 +135,7 @@ def _offset(e, ix: str, comp: int, lets: dict, depth: int = 0):
 
 
 def _int_const(e) -> bool:
-    return isinstance(e, N.Const) and _is_int(e)
+    return isinstance(e, N.Const) and is_int(e)
 
 
 def _substituted(e, lets: dict, depth: int = 0):
@@ -156,7 +156,8 @@ def _substituted(e, lets: dict, depth: int = 0):
     return None if bad else y
 
 
-def _is_int(e) -> bool:
+def is_int(e) -> bool:
+    """Whether ``e`` is an integer-typed expression."""
     t = getattr(e, "type", None)
     return isinstance(t, Scalar) and t.is_int
 

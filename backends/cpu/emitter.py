@@ -250,20 +250,27 @@ def chunk_task(g: KernelGen, tk: str, n: str, nch: str, dims: list, counter):
 
 
 
-def count_ops(*exprs) -> tuple:
-    """(number of primitive applications and reads, number of ``While`` loops) in
-    ``exprs``, shared subexpressions counted once."""
-    ops, loops, seen, stack = 0, 0, set(), list(exprs)
+def _nodes(exprs):
+    """The nodes of ``exprs``, shared subexpressions once."""
+    seen, stack = set(), list(exprs)
     while stack:
         e = stack.pop()
         if id(e) in seen:
             continue
         seen.add(id(e))
+        yield e
+        stack.extend(children(e))
+
+
+def count_ops(*exprs) -> tuple:
+    """(number of primitive applications and reads, number of ``While`` loops) in
+    ``exprs``, shared subexpressions counted once."""
+    ops = loops = 0
+    for e in _nodes(exprs):
         if isinstance(e, N.While):
             loops += 1
         elif isinstance(e, (N.PrimApp, N.Index)):
             ops += 1
-        stack.extend(children(e))
     return ops, loops
 
 
@@ -284,20 +291,8 @@ def step_weight(s) -> int:
     fs = [getattr(s, f) for f in ("f", "src", "target", "value", "comb", "defaults")
           if getattr(s, f, None) is not None]
     ops, loops = count_ops(*fs)
-    ops += (TRANSCENDENTAL_OPS - 1) * _transcendentals(fs)
+    ops += (TRANSCENDENTAL_OPS - 1) * sum(
+        isinstance(e, N.PrimApp) and e.op in _TRANSCENDENTAL for e in _nodes(fs))
     return PAR_MIN_WORK if loops else max(1, ops // 8)
-
-
-def _transcendentals(exprs) -> int:
-    """Applications of transcendental functions in ``exprs`` (shared ones once)."""
-    n, seen, stack = 0, set(), list(exprs)
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        n += isinstance(e, N.PrimApp) and e.op in _TRANSCENDENTAL
-        stack.extend(children(e))
-    return n
 
 

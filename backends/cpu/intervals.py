@@ -23,10 +23,9 @@ import re
 
 from accel.ast import nodes as N
 from accel.ast.traverse import free_vars, substitute
-from accel.ast.types import Scalar
 from accel.backends.numba.trees import flat
 
-from .branches import sizes_only
+from .branches import is_int, sizes_only
 
 __all__ = ["guard", "holds", "row_box"]
 
@@ -60,14 +59,9 @@ def _conjuncts(c) -> list | None:
         if c.op == "and":
             parts = [_conjuncts(a) for a in c.args]
             return None if any(p is None for p in parts) else [t for p in parts for t in p]
-        if c.op in _PROOF and len(c.args) == 2 and all(_is_int(a) for a in c.args):
+        if c.op in _PROOF and len(c.args) == 2 and all(is_int(a) for a in c.args):
             return [c]
     return None
-
-
-def _is_int(e) -> bool:
-    t = getattr(e, "type", None)
-    return isinstance(t, Scalar) and t.is_int
 
 
 def _reads(e, ix: str, lets: dict, depth: int = 0) -> bool:
@@ -133,7 +127,7 @@ class _Bounds:
             return self.memo[e.name]
         if isinstance(e, N.Prj) and isinstance(e.tup, N.Var) and e.tup.name == self.ix:
             return self.box[e.index]
-        if not _is_int(e) and not (isinstance(e, N.Cond) and _is_int(e.t)):
+        if not is_int(e) and not (isinstance(e, N.Cond) and is_int(e.t)):
             return None
         if not _reads(e, self.ix, self.lets):
             v = self.invariant(e)
