@@ -77,7 +77,7 @@ def test_buffered_sources_in_lanes(n):
     np.testing.assert_allclose(one, np.exp(x[0]).sum(), rtol=1e-12)
     sig = (arg_type(x, 0),)
     src = generate(fuse(optimise(trace_program(f, sig))).body, False).source
-    assert re.search(r"ln\d+ = buf\d+\[", src)  # lanes start from a buffer
+    assert re.search(r"ln\d+ = _ld\(buf\d+, ", src)  # lanes start from a buffer
 
 
 

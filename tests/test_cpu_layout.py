@@ -323,7 +323,7 @@ def test_unrolled_rows_reuse_the_offsets_and_reads_they_share():
     read = N.Index(x, N.Tuple((p, q)))
 
     def loads(g):
-        return sum(line.count("a0_0[") for line in g.body)
+        return sum(line.count("_ld(a0_0,") for line in g.body)
     for reuse in (False, True):
         g = KernelGen(False)
         g.begin("g")
@@ -348,4 +348,4 @@ def test_unrolled_rows_reuse_the_offsets_and_reads_they_share():
     src = prepare_kernels(kp).gen.source
     body = src[src.index("def k0_o("):]
     body = body[:body.index("\n@")] if "\n@" in body else body
-    assert body.count("a1_0[") <= 16, body.count("a1_0[")  # (13; was 82: once per row)
+    assert body.count("_ld(a1_0,") <= 16, body.count("_ld(a1_0,")  # (13; was 82: once per row)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from accel.ast import nodes as N
 from accel.ast.types import int64
-from accel.backends.numba.kernelgen import Site, at
+from accel.backends.numba.kernelgen import Site, at, store_at
 from accel.backends.numba.trees import flat
 from accel.fusion.contraction import Contraction, fits, product
 from accel.fusion.kernels import KFold
@@ -160,9 +160,9 @@ def _emit_split_sum(g: KernelGen, c: Contraction, outs: list, parts: list, dims:
     r, tt = g.fresh("r"), g.fresh("t")
     o = outs[0]
     g.loop(r, f"range({P} * {Q})")
-    g.emit(f"{at(o, r)} = {at(part, r)}")
+    g.emit(store_at(o, r, at(part, r)))
     g.loop(tt, f"range(1, {nch})")
-    g.emit(f"{at(o, r)} += {at(part, f'{tt} * {P} * {Q} + {r}')}")
+    g.emit(store_at(o, r, f"{at(o, r)} + {at(part, f'{tt} * {P} * {Q} + {r}')}"))
     g.ind -= 2
     view = g.fresh("O")
     g.emit(f"{view} = {o}[:{P} * {Q}].reshape(({P}, {Q}))")
@@ -193,12 +193,13 @@ def _axpy_rows(g: KernelGen, c: Contraction, rank: int, p: int, x: str, xb: str,
     kk, rr, yk, ob, xk = (g.fresh(v) for v in ("kk", "rr", "yk", "ob", "xk"))
     g.emit(f"{ob} = {bt} * {P}")
     g.emit(f"for {rr} in range({r0}, {r1}):")
-    g.emit(f"    {at(o, f'{ob} + {rr}')} = 0")
+    g.emit("    " + store_at(o, f"{ob} + {rr}", "0"))
     g.emit(f"for {kk} in range({K}):")
     g.emit(f"    {yk} = {at(y, f'{yb} + {kk}')}")
     g.emit(f"    {xk} = {xb} + {kk} * {P}")
     g.emit(f"    for {rr} in range({r0}, {r1}):")
-    g.emit(f"        {at(o, f'{ob} + {rr}')} += {yk} * {at(x, f'{xk} + {rr}')}")
+    g.emit("        " + store_at(o, f"{ob} + {rr}",
+                                  f"{at(o, f'{ob} + {rr}')} + {yk} * {at(x, f'{xk} + {rr}')}"))
     if scale is not None or c.post:
         out = g.fresh("O")
         g.emit(f"{out} = {o}[{ob} + {r0}:{ob} + {r1}].reshape(({r1} - {r0}, 1))")
@@ -300,7 +301,7 @@ def _emit_strided(g: KernelGen, c: Contraction, outs: list, dims: list, n: str, 
     g.emit(f"for {rr} in range({r0}, {r1}):")
     g.emit(f"    {base} = {bt} * {ost[c.batch]} + {rr} * {ost[p]}")
     g.emit(f"    for {cc} in range({Q}):")
-    g.emit(f"        {at(o, base + oq)} = {out}[{rr} - {r0}, {cc}]")
+    g.emit("        " + store_at(o, base + oq, f"{out}[{rr} - {r0}, {cc}]"))
     g.emit(f"{t} += {r1} - {r0}")
     g.ind -= 1
 

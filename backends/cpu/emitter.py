@@ -18,7 +18,7 @@ from __future__ import annotations
 from accel.ast import nodes as N
 from accel.ast.traverse import children
 from accel.ast.types import Scalar, leaves
-from accel.backends.numba.kernelgen import ScalarEmitter, at
+from accel.backends.numba.kernelgen import ScalarEmitter, store_at
 from accel.backends.numba.literals import cast
 from accel.backends.numba.trees import flat
 
@@ -57,6 +57,7 @@ import math  # noqa: F401
 import numba as nb
 import numpy as np
 from numba import types as _nbt
+from numba.core import cgutils as _cgutils
 from numba.core.extending import intrinsic as _intrinsic
 ''' + mathlib.SOURCE + '''
 
@@ -69,6 +70,44 @@ def _radd(typingctx, a, b):
     def codegen(context, builder, signature, args):
         return builder.fadd(args[0], args[1], flags=("reassoc", "contract"))
     return a(a, b), codegen
+
+
+def _flat_item(context, builder, aty, a, i, ity):
+    ary = context.make_array(aty)(context, builder, a)
+    ix = context.cast(builder, i, ity, _nbt.intp)
+    return _cgutils.get_item_pointer2(context, builder, ary.data,
+                                      _cgutils.unpack_tuple(builder, ary.shape, 1),
+                                      _cgutils.unpack_tuple(builder, ary.strides, 1),
+                                      aty.layout, [ix])
+
+
+@_intrinsic
+def _ld(typingctx, a, i):
+    """``a[i]`` of a flat array at an index known to be in bounds and non-negative
+    (``kernelgen.at``): numba's address computation and load, without its indexing's
+    typing and lowering."""
+    if not isinstance(a, _nbt.Array) or a.ndim != 1 or not isinstance(i, _nbt.Integer):
+        return None
+    def codegen(context, builder, signature, args):
+        aty = signature.args[0]
+        ptr = _flat_item(context, builder, aty, args[0], args[1], signature.args[1])
+        return context.unpack_value(builder, aty.dtype, ptr,
+                                    align=None if aty.aligned else 1)
+    return a.dtype(a, i), codegen
+
+
+@_intrinsic
+def _st(typingctx, a, i, v):
+    """``a[i] = v`` (see ``_ld``), ``v`` converted to the array's type."""
+    if not isinstance(a, _nbt.Array) or a.ndim != 1 or not isinstance(i, _nbt.Integer):
+        return None
+    def codegen(context, builder, signature, args):
+        aty = signature.args[0]
+        ptr = _flat_item(context, builder, aty, args[0], args[1], signature.args[1])
+        val = context.cast(builder, args[2], signature.args[2], aty.dtype)
+        context.pack_value(builder, aty.dtype, val, ptr, align=None if aty.aligned else 1)
+        return context.get_dummy_value()
+    return _nbt.none(a, i, v), codegen
 
 
 @_intrinsic
@@ -154,7 +193,7 @@ class KernelGen(ScalarEmitter):
 
     def store(self, bufs: list, pos: str, value) -> None:
         for b, a in zip(bufs, flat(value)):
-            self.emit(f"{at(b, pos)} = {a}")
+            self.emit(store_at(b, pos, a))
 
     def loop(self, var: str, rng: str) -> None:
         self.emit(f"for {var} in {rng}:")

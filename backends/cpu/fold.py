@@ -29,7 +29,7 @@ from accel.ast import nodes as N
 from accel.ast.traverse import children
 from accel.ast.types import TupleT, leaves
 from accel.backends.numba.host import shape_of, size_of
-from accel.backends.numba.kernelgen import at, fast_comb, out_names
+from accel.backends.numba.kernelgen import at, fast_comb, out_names, store_at
 from accel.backends.numba.literals import CAST, cast, typed_const
 from accel.backends.numba.trees import flat, rebuild
 from accel.errors import ShapeError
@@ -199,7 +199,7 @@ def _fold_buffered(g: KernelGen, s: KFold, acc: list, ix: list, st: str, hi: str
     g.emit(f"{je} = min({jb} + {FOLD_SRC_BUF}, {hi})")
     g.loop(j, f"range({jb}, {je})")
     x = g.apply(s.src, (tuple(ix + [j]),))
-    g.emit(f"{at(buf, f'{j} - {jb}')} = {x}")
+    g.emit(store_at(buf, f"{j} - {jb}", x))
     g.ind -= 1
     g.loop(j, f"range({jb}, {je})")
     g.update(acc, ts, g.apply(s.f, (acc[0], at(buf, f"{j} - {jb}"))))
@@ -224,7 +224,7 @@ def _fold_buffered_lanes(g: KernelGen, s: KFold, acc: list, ix: list, st: str, h
     g.loop(jb, f"range({st}, {e}, {B})")
     g.loop(j, f"range({jb}, {jb} + {B})")
     x = g.apply(s.src, (tuple(ix + [j]),))
-    g.emit(f"{at(buf, f'{j} - {jb}')} = {x}")
+    g.emit(store_at(buf, f"{j} - {jb}", x))
     g.ind -= 1
     g.emit(f"if {jb} == {st}:")
     g.ind += 1

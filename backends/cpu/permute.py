@@ -17,7 +17,7 @@ import numpy as np
 from accel.ast.patterns import projection_side
 from accel.ast.types import leaves
 from accel.backends.numba.host import shape_of, size_of
-from accel.backends.numba.kernelgen import at, fast_comb, out_names
+from accel.backends.numba.kernelgen import at, fast_comb, out_names, store_at
 from accel.backends.numba.trees import flat, rebuild
 from accel.fusion.kernels import KPermute
 
@@ -79,7 +79,7 @@ def emit(s: KPermute, check: bool):
     old = rebuild(elt, iter(at(b, pos) for b in bufs))
     new = flat(g.apply(s.comb, (v, old)))
     for b, a in zip(bufs, new):
-        g.emit(f"{at(b, pos)} = {a}")
+        g.emit(store_at(b, pos, a))
     g.ind = body
     increment(g, ix, sdims)
     if fast:
@@ -90,7 +90,7 @@ def emit(s: KPermute, check: bool):
         g.loop(c, f"range({nch})")
         g.update([acc], ts, g.apply(s.comb, (at("priv", f"{c} * {tn} + {k}"), acc)))
         g.ind -= 1
-        g.emit(f"{at(outs[0], k)} = {acc}")
+        g.emit(store_at(outs[0], k, acc))
     return g, {"fast": fast}
 
 
@@ -129,7 +129,7 @@ def emit_projection(s: KPermute, check: bool):
         g.ind -= 1
         g.emit("else:")
         g.ind += 1
-    g.emit(f"{at('priv', f'{base} + {g.offset(tix, tdims)}')} = {k}")
+    g.emit(store_at("priv", f"{base} + {g.offset(tix, tdims)}", k))
     g.begin("m")
     k, c, w = g.fresh("k"), g.fresh("c"), g.fresh("w")
     g.loop(k, "range(lo, hi)")

@@ -72,17 +72,21 @@ SHIFTED = re.compile(r"\((\w+) \+ (\d+)\)")
 
 
 def at(buf: str, pos: str) -> str:
-    """``buf[pos]`` for a position known to be non-negative.
+    """The element of the flat array ``buf`` at ``pos``, known to be in bounds and
+    non-negative: ``_ld`` (the dialect's header defines it).
 
-    The position is converted to ``uint64``: numba wraps a negative signed index around
-    (a compare and select per access, up to 2x in memory-bound loops) but not an
-    unsigned one, and the conversion is free.  Unlike masking the position's sign bit
-    (``pos & 0x7FF..F``, used before), it keeps ``base + k`` visible to LLVM, so reads
-    of consecutive positions in a block of rows or columns load as vectors: a 2-D
-    convolution's 16-column block measured 3.2 -> 0.5 ms with it."""
-    if pos.isdigit():
-        return f"{buf}[{pos}]"
-    return f"{buf}[np.uint64({pos})]"
+    Numba's own indexing wraps a negative signed index around (a compare and select per
+    access, up to 2x in memory-bound loops), and its typing and lowering of one
+    ``buf[i]`` cost milliseconds of compilation: ``_ld`` is one address computation and
+    load with the same IR as numba's unsigned index (``base + k`` stays visible to LLVM,
+    so reads of consecutive positions load as vectors), typed and lowered in a fraction
+    of the time."""
+    return f"_ld({buf}, {pos})"
+
+
+def store_at(buf: str, pos: str, value: str) -> str:
+    """The statement writing ``value`` at ``pos`` of ``buf`` (``_st``; see ``at``)."""
+    return f"_st({buf}, {pos}, {value})"
 
 
 @dataclass

@@ -39,6 +39,10 @@ class PrimEmitter:
         if op in ("max", "min"):
             x, y = args
             cmp = ">=" if op == "max" else "<="
+            if self.SELECT:  # no branch: numba's passes cost time per block and per phi
+                nan = f" | ({x} != {x})" if t0.is_float else ""
+                a, b = (self.tc(rt, v) if v.isidentifier() else cast(rt, v) for v in args)
+                return self.assign(rt, f"_select(({x} {cmp} {y}){nan}, {a}, {b})")
             nan = f" or {x} != {x}" if t0.is_float else ""
             return self.assign(rt, f"{x} if ({x} {cmp} {y}{nan}) else {y}")
         if op == "not":
