@@ -61,13 +61,14 @@ def typechecked_derivatives(f, x):
 
 
 def fd_hessian(g, x, backend):
-    """Central differences of the gradient program ``g``: column k is d g / d x_k."""
+    """Central differences of the gradient program ``g``: column k is d g / d x_k (``g``
+    compiled once, run at every perturbed point)."""
+    run = A.compile(g, backend=backend)
     cols = []
     for k in range(x.size):
         e = np.zeros_like(x)
         e.flat[k] = EPS
-        cols.append((A.run(g, x + e, backend=backend) - A.run(g, x - e, backend=backend))
-                    .reshape(-1) / (2 * EPS))
+        cols.append((run(x + e) - run(x - e)).reshape(-1) / (2 * EPS))
     return np.stack(cols, axis=-1)
 
 
