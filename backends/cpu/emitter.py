@@ -162,9 +162,9 @@ class KernelGen(ScalarEmitter):
         each sets and restores the floating-point mode, ``fpmode``)."""
         ins = [b for av in self.array_order for b in self.arrays[av.name].leaves]
         args = ", ".join(self.work + ins + ["shp", "err"])
-        pro = [f"    s{i} = shp[{i}]" for i in range(len(self.layout))]
+        pro = [f"    s{i} = _ld(shp, {i})" for i in range(len(self.layout))]
         for name, hs in (self.scalar_reads or {}).items():
-            pro += [f"    {h} = {b}[0]" for h, b in zip(hs, self.arrays[name].leaves)]
+            pro += [f"    {h} = _ld({b}, 0)" for h, b in zip(hs, self.arrays[name].leaves)]
         fp = ([fpmode.PROLOGUE], [fpmode.EPILOGUE]) if flush else ([], [])
         out = []
         for phase, lines in self.funcs.items():
