@@ -40,3 +40,20 @@ def small_parallel(monkeypatch):
     drivers reach them with small, fast inputs."""
     from accel.backends.cpu import plan
     monkeypatch.setattr(plan, "PAR_MIN_WORK", 4096)
+
+
+#: The test files that take longest (over 75 s of one worker's time each in the
+#: durations of a full run, mostly numba compiling), longest first.  The suite runs
+#: file by file on two workers (``--dist loadfile``), handing files out in collection
+#: order; a long file handed out last leaves the other worker idle until it ends, so
+#: these are collected first and the short files fill in around them.
+LONG_FILES = ("test_loop_higher_order.py", "test_cpu_backend.py", "test_permute_general.py",
+              "test_cpu_layout.py", "test_while_reverse.py", "test_cpu_unravel.py",
+              "test_contraction.py", "test_cpu_fold_lanes.py", "test_gradbench_nested.py",
+              "test_corpus.py", "test_cuda_backend.py", "test_gather_adjoint.py",
+              "test_loop_replay.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: k for k, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
