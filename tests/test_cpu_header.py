@@ -54,7 +54,7 @@ _DTYPES = (np.float64, np.float32, np.int64, np.int32, np.bool_)
 _INDEX_DTYPES = (np.int64, np.int32, np.uint64)
 
 
-@pytest.mark.parametrize("dtype,index_dtype", itertools.product(_DTYPES, _INDEX_DTYPES))
+@pytest.mark.parametrize("dtype,index_dtype", list(itertools.product(_DTYPES, _INDEX_DTYPES)))
 def test_loads_and_stores_agree_with_numpy_indexing(header, dtype, index_dtype):
     rng = np.random.default_rng(3)
     base = (rng.standard_normal(61) * 10).astype(dtype)
