@@ -73,6 +73,7 @@ def _radd(typingctx, a, b):
 
 
 def _flat_item(context, builder, aty, a, i, ity):
+    # the address of element i of a 1-D array, as numba's own indexing computes it
     ary = context.make_array(aty)(context, builder, a)
     ix = context.cast(builder, i, ity, _nbt.intp)
     return _cgutils.get_item_pointer2(context, builder, ary.data,
