@@ -30,8 +30,8 @@ from accel.pipeline import optimise
 from accel.testing.properties import usable
 from accel.ast.typecheck import typecheck
 from accel.frontend import arg_type, trace_program
+from compiled_helpers import check_second_order
 
-EPS = 1e-6
 
 
 def _loops(block):
@@ -58,30 +58,6 @@ def typechecked_derivatives(f, x):
     hp = trace_program(lambda a: A.sum_all(A.gradientA(f)(a)), _sig([x]))
     h, _ = gradient_program(hp, None)
     typecheck(h)
-
-
-def fd_hessian(g, x, backend):
-    """Central differences of the gradient program ``g``: column k is d g / d x_k (``g``
-    compiled once, run at every perturbed point)."""
-    run = A.compile(g, backend=backend)
-    cols = []
-    for k in range(x.size):
-        e = np.zeros_like(x)
-        e.flat[k] = EPS
-        cols.append((run(x + e) - run(x - e)).reshape(-1) / (2 * EPS))
-    return np.stack(cols, axis=-1)
-
-
-def check_second_order(f, x, backend, rtol=1e-5, atol=1e-6):
-    """Reverse over reverse (gradient of the sum of the gradient) and forward over
-    reverse (a Hessian-vector product) agree with differences of the gradient."""
-    g = A.gradientA(f)
-    hess = fd_hessian(g, x, backend)
-    rr = A.run(A.gradientA(lambda a: A.sum_all(g(a))), x, backend=backend)
-    np.testing.assert_allclose(rr.reshape(-1), hess.sum(axis=0), rtol=rtol, atol=atol)
-    t = np.linspace(0.3, -0.7, x.size).reshape(x.shape)
-    _, fr = A.jvp(g, (x,), (t,), backend=backend)
-    np.testing.assert_allclose(fr.reshape(-1), hess @ t.reshape(-1), rtol=rtol, atol=atol)
 
 
 def counted_loop(every=None, trips=3):

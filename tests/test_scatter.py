@@ -15,9 +15,9 @@ import pytest
 
 import accel as A
 from accel import jvp
+from compiled_helpers import check_second_order
 
 BACKENDS = ["interpreter", "fused", "cpu", "cuda"]
-EPS = 1e-6
 
 
 def sequential_scatter(defaults, idx, vals):
@@ -120,30 +120,6 @@ def test_adjoint_goes_to_winners_and_untouched_defaults(backend):
     tx, td = np.linspace(-1, 1, 7), np.linspace(0.5, -0.5, 5)
     _, t = jvp(loss, (X, D), (tx, td), backend=backend)
     np.testing.assert_allclose(t, gx @ tx + gd @ td, rtol=1e-10)
-
-
-def fd_grad(g, x, backend):
-    """Central differences of the gradient program ``g`` of one array (columns; ``g``
-    compiled once)."""
-    run = A.compile(g, backend=backend)
-    cols = []
-    for k in range(x.size):
-        e = np.zeros_like(x)
-        e.flat[k] = EPS
-        cols.append((run(x + e) - run(x - e)) / (2 * EPS))
-    return np.stack(cols, axis=-1)
-
-
-def check_second_order(f, x, backend, rtol=1e-5, atol=1e-6):
-    """Reverse over reverse and forward over reverse agree with differences of the
-    gradient."""
-    g = A.gradientA(f)
-    hess = fd_grad(g, x, backend)
-    rr = A.run(A.gradientA(lambda a: A.sum_all(g(a))), x, backend=backend)
-    np.testing.assert_allclose(rr, hess.sum(axis=0), rtol=rtol, atol=atol)
-    t = np.linspace(0.3, -0.7, x.size).reshape(x.shape)
-    _, fr = jvp(g, (x,), (t,), backend=backend)
-    np.testing.assert_allclose(fr, hess @ t.reshape(-1), rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("backend", ["interpreter", "cpu"])
